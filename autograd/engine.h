@@ -1,0 +1,17 @@
+// The backward engine: runs a graph from its roots in dependency order.
+//
+// Gradients of a node's outputs are summed from all consumers before the node runs. Nodes
+// are ready when all their consumers have run; among ready nodes the newest (highest
+// sequence number) runs first ([Note: ordering] in node.h). Backward temporaries are
+// accounted as activations; leaf .grad buffers as gradients.
+//
+//   zdl::autograd::backward({loss}, {}, /*retain_graph=*/false);
+#pragma once
+#include "autograd/node.h"
+
+namespace zdl::autograd {
+
+// grads[i] is the gradient for roots[i]; undefined means ones (allowed only for one-element roots).
+void backward(const TensorList& roots, const TensorList& grads, bool retain_graph);
+
+}  // namespace zdl::autograd

@@ -1,0 +1,109 @@
+// Differentiable operations on Tensors. Each op's forward sits next to its backward in
+// autograd/ops/<family>.cpp and calls kernels/ for the arithmetic. All ops check shapes,
+// dtypes and devices up front and throw zdl::Error naming both sides.
+//
+//   Tensor h = zdl::gelu(zdl::linear(x, w1, b1));           // [B,T,4C]
+//   Tensor loss = zdl::cross_entropy(logits.reshape({B*T, V}), targets.reshape({B*T}));
+//   loss.backward();
+//
+// Shape alphabet: B batch, T time, C channels, NH heads, HS head size, V vocab.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "core/tensor.h"
+
+namespace zdl {
+
+// ---- elementwise with broadcasting (autograd/ops/elementwise.cpp) ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double s);
+Tensor mul(const Tensor& a, double s);
+Tensor rsub(double s, const Tensor& a);  // s - a
+Tensor rdiv(double s, const Tensor& a);  // s / a
+Tensor neg(const Tensor& a);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor square(const Tensor& a);
+// Differentiable dtype cast (e.g. f32 master weights -> bf16 compute copy).
+Tensor cast(const Tensor& a, DType dtype);
+// In place, no graph: dst += src (src broadcast to dst's shape). For gradient accumulation.
+void add_(const Tensor& dst, const Tensor& src);
+// In place, no graph: dst *= s.
+void scale_(const Tensor& dst, double s);
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator+(const Tensor& a, double s) { return add(a, s); }
+inline Tensor operator-(const Tensor& a, double s) { return add(a, -s); }
+inline Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
+inline Tensor operator/(const Tensor& a, double s) { return mul(a, 1.0 / s); }
+inline Tensor operator+(double s, const Tensor& a) { return add(a, s); }
+inline Tensor operator-(double s, const Tensor& a) { return rsub(s, a); }
+inline Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
+inline Tensor operator/(double s, const Tensor& a) { return rdiv(s, a); }
+inline Tensor operator-(const Tensor& a) { return neg(a); }
+
+// The shape two shapes broadcast to (numpy rules); throws naming both shapes.
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+// Sums g over broadcast dimensions so it has `shape` again (backward of broadcasting).
+Tensor sum_to(const Tensor& g, const Shape& shape);
+
+// ---- views and layout (autograd/ops/view.cpp) ----
+// Views share storage when the layout allows; reshape copies only when it must.
+Tensor reshape(const Tensor& a, const Shape& shape);  // one -1 allowed
+Tensor view(const Tensor& a, const Shape& shape);     // never copies; throws if impossible
+Tensor transpose(const Tensor& a, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& a, const std::vector<int64_t>& dims);
+Tensor contiguous(const Tensor& a);  // `a` itself when already contiguous
+Tensor unsqueeze(const Tensor& a, int64_t d);
+Tensor squeeze(const Tensor& a, int64_t d);
+// Broadcasts size-1 (or missing leading) dims to `shape` as a stride-0 view.
+Tensor expand(const Tensor& a, const Shape& shape);
+Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim);
+std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, int64_t dim);
+Tensor cat(const std::vector<Tensor>& parts, int64_t dim);
+
+// ---- reductions (autograd/ops/reduce.cpp) ----
+Tensor sum(const Tensor& a);  // all elements -> shape []
+Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor mean(const Tensor& a);
+Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim = false);
+
+// ---- matrix products (autograd/ops/matmul.cpp) ----
+// a [..., M, K] @ b [..., K, N] -> [..., M, N]. b may be 2-D (shared by every batch) or have
+// the same leading dims as a.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// x [..., in] @ weight[out, in]^T + bias[out] -> [..., out]  (bias may be undefined).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+// ---- neural-network ops (autograd/ops/nn.cpp) ----
+Tensor gelu(const Tensor& x);  // tanh approximation, as GPT-2
+// Normalizes over the last dim: (x - mean) / sqrt(var + eps) * weight + bias.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+Tensor softmax(const Tensor& x, int64_t dim = -1);
+// Embedding lookup: weight [V, C], ids (i32/i64, any shape S) -> [S..., C]. Backward
+// accumulates rows (repeated ids add up). Out-of-range ids throw.
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+// Mean cross-entropy of logits [N, V] against targets [N] (i32/i64); targets equal to
+// ignore_index are skipped. Fused: softmax and loss in one pass, backward from saved stats.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -1);
+// Inverted dropout with probability p; the mask of element i is a pure function of
+// (seed, stream, i), so it is reproducible and shardable. Identity when !training or p == 0.
+Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed, uint64_t stream);
+
+// ---- attention (autograd/ops/attention.cpp) ----
+// Causal scaled-dot-product attention: q, k, v [B, NH, T, HS] -> [B, NH, T, HS];
+// softmax(q k^T / sqrt(HS) + causal mask) v.
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v);
+
+}  // namespace zdl

@@ -1,0 +1,209 @@
+// Elementwise ops with numpy broadcasting; each forward next to its backward.
+// Backward of a broadcast input sums the gradient over the broadcast dimensions (sum_to).
+#include <cmath>
+
+#include "autograd/node.h"
+#include "autograd/ops.h"
+#include "autograd/ops/op_checks.h"
+#include "kernels/cpu/elementwise.h"
+
+namespace zdl {
+
+using autograd::TensorList;
+using kernels::cpu::BinaryOp;
+using kernels::cpu::UnaryOp;
+using namespace ops_detail;
+
+Shape broadcast_shapes(const Shape& a, const Shape& b) {
+  size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    ZDL_CHECK(da == db || da == 1 || db == 1, "shapes ", shape_str(a), " and ", shape_str(b),
+              " cannot be broadcast together (dimension ", i, ": ", da, " vs ", db, ")");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Tensor sum_to(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  std::vector<int64_t> dims;
+  int64_t lead = g.dim() - static_cast<int64_t>(shape.size());
+  ZDL_CHECK(lead >= 0, "sum_to: cannot reduce shape=", shape_str(g.shape()), " to ", shape_str(shape));
+  for (int64_t i = 0; i < g.dim(); ++i)
+    if (i < lead || (shape[i - lead] == 1 && g.shape()[i] != 1)) dims.push_back(i);
+  Tensor s = dims.empty() ? g : sum(g, dims, /*keepdim=*/true);
+  return reshape(s, shape);
+}
+
+namespace {
+
+Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
+  check_float_args(name, {&a, &b});
+  check_cpu(name, a);
+  Shape out_shape = broadcast_shapes(a.shape(), b.shape());
+  Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
+  if (out.numel() == 0) return out;
+  StridedRows<3> it;
+  it.shape = out_shape;
+  it.strides = {out.strides(), broadcast_strides(a, out_shape), broadcast_strides(b, out_shape)};
+  it = coalesce(it);
+  ZDL_DISPATCH_FLOAT(a.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::binary<T>(op, it, out.data<T>(), a.data<T>(), b.data<T>());
+  });
+  return out;
+}
+
+Tensor unary_forward(UnaryOp op, const char* name, const Tensor& a, double s = 0.0) {
+  check_float_args(name, {&a});
+  check_cpu(name, a);
+  Tensor x = a.is_contiguous() ? a : a.contiguous_copy();
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  ZDL_DISPATCH_FLOAT(a.dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::unary<T>(op, x.numel(), x.data<T>(), out.data<T>(), s);
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Add, "add", a, b);
+  // d(a+b)/da = 1, d(a+b)/db = 1
+  return autograd::record("add", {a, b}, out, [sa = a.shape(), sb = b.shape()](const TensorList& g) {
+    return TensorList{sum_to(g[0], sa), sum_to(g[0], sb)};
+  });
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Sub, "sub", a, b);
+  // d(a-b)/da = 1, d(a-b)/db = -1
+  return autograd::record("sub", {a, b}, out, [sa = a.shape(), sb = b.shape()](const TensorList& g) {
+    return TensorList{sum_to(g[0], sa), sum_to(neg(g[0]), sb)};
+  });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Mul, "mul", a, b);
+  // d(ab)/da = b, d(ab)/db = a
+  bool ga = a.requires_grad(), gb = b.requires_grad();
+  return autograd::record("mul", {a, b}, out, [a, b, ga, gb](const TensorList& g) {
+    return TensorList{ga ? sum_to(mul(g[0], b), a.shape()) : Tensor(), gb ? sum_to(mul(g[0], a), b.shape()) : Tensor()};
+  });
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Div, "div", a, b);
+  // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 = -out/b
+  bool ga = a.requires_grad(), gb = b.requires_grad();
+  return autograd::record("div", {a, b}, out, [a, b, o = out.detach(), ga, gb](const TensorList& g) {
+    Tensor g_over_b = div(g[0], b);
+    return TensorList{ga ? sum_to(g_over_b, a.shape()) : Tensor(),
+                      gb ? sum_to(neg(mul(g_over_b, o)), b.shape()) : Tensor()};
+  });
+}
+
+Tensor add(const Tensor& a, double s) {
+  Tensor out = unary_forward(UnaryOp::AddScalar, "add", a, s);
+  return autograd::record("add_scalar", {a}, out, [](const TensorList& g) { return TensorList{g[0]}; });
+}
+
+Tensor mul(const Tensor& a, double s) {
+  Tensor out = unary_forward(UnaryOp::MulScalar, "mul", a, s);
+  return autograd::record("mul_scalar", {a}, out, [s](const TensorList& g) { return TensorList{mul(g[0], s)}; });
+}
+
+Tensor rsub(double s, const Tensor& a) {
+  Tensor out = unary_forward(UnaryOp::RSub, "rsub", a, s);
+  return autograd::record("rsub", {a}, out, [](const TensorList& g) { return TensorList{neg(g[0])}; });
+}
+
+Tensor rdiv(double s, const Tensor& a) {
+  Tensor out = unary_forward(UnaryOp::RDiv, "rdiv", a, s);
+  // d(s/a)/da = -s/a^2 = -out/a
+  return autograd::record("rdiv", {a}, out, [a, o = out.detach()](const TensorList& g) {
+    return TensorList{neg(div(mul(g[0], o), a))};
+  });
+}
+
+Tensor neg(const Tensor& a) {
+  Tensor out = unary_forward(UnaryOp::Neg, "neg", a);
+  return autograd::record("neg", {a}, out, [](const TensorList& g) { return TensorList{neg(g[0])}; });
+}
+
+Tensor exp(const Tensor& a) {
+  Tensor out = unary_forward(UnaryOp::Exp, "exp", a);
+  // d exp(a) = exp(a)
+  return autograd::record("exp", {a}, out, [o = out.detach()](const TensorList& g) { return TensorList{mul(g[0], o)}; });
+}
+
+Tensor log(const Tensor& a) {
+  Tensor out = unary_forward(UnaryOp::Log, "log", a);
+  // d log(a) = 1/a
+  return autograd::record("log", {a}, out, [a](const TensorList& g) { return TensorList{div(g[0], a)}; });
+}
+
+Tensor sqrt(const Tensor& a) {
+  Tensor out = unary_forward(UnaryOp::Sqrt, "sqrt", a);
+  // d sqrt(a) = 1 / (2 sqrt(a))
+  return autograd::record("sqrt", {a}, out, [o = out.detach()](const TensorList& g) {
+    return TensorList{div(g[0], mul(o, 2.0))};
+  });
+}
+
+Tensor tanh(const Tensor& a) {
+  Tensor out = unary_forward(UnaryOp::Tanh, "tanh", a);
+  // d tanh(a) = 1 - tanh(a)^2
+  return autograd::record("tanh", {a}, out, [o = out.detach()](const TensorList& g) {
+    return TensorList{mul(g[0], rsub(1.0, square(o)))};
+  });
+}
+
+Tensor square(const Tensor& a) {
+  Tensor out = unary_forward(UnaryOp::Square, "square", a);
+  // d a^2 = 2a
+  return autograd::record("square", {a}, out, [a](const TensorList& g) { return TensorList{mul(mul(g[0], a), 2.0)}; });
+}
+
+Tensor cast(const Tensor& a, DType dtype) {
+  check_defined(a, "cast", "a");
+  Tensor out = Tensor::empty(a.shape(), dtype, a.device());
+  out.copy_(a);
+  if (!is_floating(dtype)) return out;
+  return autograd::record("cast", {a}, out, [from = a.dtype()](const TensorList& g) {
+    return TensorList{cast(g[0], from)};
+  });
+}
+
+void add_(const Tensor& dst, const Tensor& src) {
+  check_float_args("add_", {&dst, &src});
+  check_cpu("add_", dst);
+  Shape bs = broadcast_shapes(dst.shape(), src.shape());
+  ZDL_CHECK(bs == dst.shape(), "add_: source shape=", shape_str(src.shape()), " does not broadcast to destination shape=",
+            shape_str(dst.shape()));
+  if (dst.numel() == 0) return;
+  StridedRows<2> it;
+  it.shape = dst.shape();
+  it.strides = {dst.strides(), broadcast_strides(src, dst.shape())};
+  it = coalesce(it);
+  ZDL_DISPATCH_FLOAT(dst.dtype(), "add_", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::accumulate<T>(it, dst.data<T>(), src.data<T>());
+  });
+}
+
+void scale_(const Tensor& dst, double s) {
+  check_float_args("scale_", {&dst});
+  check_cpu("scale_", dst);
+  ZDL_CHECK(dst.is_contiguous(), "scale_: needs a contiguous tensor, got shape=", shape_str(dst.shape()));
+  ZDL_DISPATCH_FLOAT(dst.dtype(), "scale_", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::unary<T>(UnaryOp::MulScalar, dst.numel(), dst.data<T>(), dst.data<T>(), s);
+  });
+}
+
+}  // namespace zdl

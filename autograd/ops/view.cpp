@@ -1,0 +1,219 @@
+// Views and layout ops. A view shares its input's Storage (new strides/offset, no copy);
+// backward maps the gradient back to the input's shape (inverse permutation, scatter of a
+// slice into zeros, reshape back).
+#include <numeric>
+
+#include "autograd/node.h"
+#include "autograd/ops.h"
+#include "autograd/ops/op_checks.h"
+
+namespace zdl {
+
+using autograd::TensorList;
+using namespace ops_detail;
+
+namespace {
+
+Tensor make_view(const Tensor& a, const Shape& shape, const Shape& strides, int64_t offset) {
+  return Tensor::from_storage(a.storage(), shape, strides, offset, a.dtype());
+}
+
+Shape infer_shape(const Tensor& a, const Shape& shape) {
+  Shape out = shape;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      ZDL_CHECK(infer < 0, "reshape: more than one -1 in shape=", shape_str(shape));
+      infer = static_cast<int64_t>(i);
+    } else {
+      ZDL_CHECK(out[i] >= 0, "reshape: negative size in shape=", shape_str(shape));
+      known *= out[i];
+    }
+  }
+  if (infer >= 0) {
+    ZDL_CHECK(known > 0 && a.numel() % known == 0, "reshape: cannot reshape shape=", shape_str(a.shape()), " (",
+              a.numel(), " elements) into ", shape_str(shape));
+    out[infer] = a.numel() / known;
+  }
+  ZDL_CHECK(numel_of(out) == a.numel(), "reshape: cannot reshape shape=", shape_str(a.shape()), " (", a.numel(),
+            " elements) into ", shape_str(shape), " (", numel_of(out), " elements)");
+  return out;
+}
+
+Tensor reshape_backward_fn(const Tensor& a, Tensor out) {
+  return autograd::record("reshape", {a}, out, [in_shape = a.shape()](const TensorList& g) {
+    return TensorList{reshape(g[0], in_shape)};
+  });
+}
+
+}  // namespace
+
+Tensor view(const Tensor& a, const Shape& shape) {
+  check_defined(a, "view", "a");
+  Shape s = infer_shape(a, shape);
+  ZDL_CHECK(a.is_contiguous(), "view: tensor of shape=", shape_str(a.shape()), " strides=", shape_str(a.strides()),
+            " is not contiguous; use reshape() (which copies) or contiguous() first");
+  return reshape_backward_fn(a, make_view(a, s, contiguous_strides(s), a.offset()));
+}
+
+Tensor reshape(const Tensor& a, const Shape& shape) {
+  check_defined(a, "reshape", "a");
+  Shape s = infer_shape(a, shape);
+  if (a.is_contiguous()) return reshape_backward_fn(a, make_view(a, s, contiguous_strides(s), a.offset()));
+  return view(contiguous(a), s);
+}
+
+Tensor contiguous(const Tensor& a) {
+  check_defined(a, "contiguous", "a");
+  if (a.is_contiguous()) return a;
+  Tensor out = a.contiguous_copy();
+  return autograd::record("contiguous", {a}, out, [](const TensorList& g) { return TensorList{g[0]}; });
+}
+
+Tensor permute(const Tensor& a, const std::vector<int64_t>& dims) {
+  check_defined(a, "permute", "a");
+  ZDL_CHECK(static_cast<int64_t>(dims.size()) == a.dim(), "permute: ", dims.size(), " dims given for a ", a.dim(),
+            "-d tensor of shape=", shape_str(a.shape()));
+  std::vector<int64_t> perm(dims.size()), inverse(dims.size());
+  std::vector<bool> used(dims.size(), false);
+  Shape shape(dims.size()), strides(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int64_t d = a.wrap_dim(dims[i]);
+    ZDL_CHECK(!used[d], "permute: dimension ", d, " repeated in ", shape_str(dims));
+    used[d] = true;
+    perm[i] = d;
+    inverse[d] = static_cast<int64_t>(i);
+    shape[i] = a.shape()[d];
+    strides[i] = a.strides()[d];
+  }
+  Tensor out = make_view(a, shape, strides, a.offset());
+  return autograd::record("permute", {a}, out, [inverse](const TensorList& g) {
+    return TensorList{permute(g[0], inverse)};
+  });
+}
+
+Tensor transpose(const Tensor& a, int64_t d0, int64_t d1) {
+  check_defined(a, "transpose", "a");
+  std::vector<int64_t> perm(static_cast<size_t>(a.dim()));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[a.wrap_dim(d0)], perm[a.wrap_dim(d1)]);
+  return permute(a, perm);
+}
+
+Tensor unsqueeze(const Tensor& a, int64_t d) {
+  check_defined(a, "unsqueeze", "a");
+  int64_t n = a.dim() + 1;
+  int64_t w = d < 0 ? d + n : d;
+  ZDL_CHECK(w >= 0 && w < n, "unsqueeze: dimension ", d, " out of range for shape=", shape_str(a.shape()));
+  Shape s = a.shape();
+  s.insert(s.begin() + w, 1);
+  return reshape(a, s);
+}
+
+Tensor squeeze(const Tensor& a, int64_t d) {
+  check_defined(a, "squeeze", "a");
+  int64_t w = a.wrap_dim(d);
+  ZDL_CHECK(a.shape()[w] == 1, "squeeze: dimension ", d, " has size ", a.shape()[w], " (shape=",
+            shape_str(a.shape()), ")");
+  Shape s = a.shape();
+  s.erase(s.begin() + w);
+  return reshape(a, s);
+}
+
+Tensor expand(const Tensor& a, const Shape& shape) {
+  check_defined(a, "expand", "a");
+  ZDL_CHECK(static_cast<int64_t>(shape.size()) >= a.dim(), "expand: cannot expand shape=", shape_str(a.shape()),
+            " to fewer dims ", shape_str(shape));
+  int64_t lead = static_cast<int64_t>(shape.size()) - a.dim();
+  for (int64_t i = 0; i < a.dim(); ++i)
+    ZDL_CHECK(a.shape()[i] == shape[lead + i] || a.shape()[i] == 1, "expand: cannot expand shape=",
+              shape_str(a.shape()), " to ", shape_str(shape));
+  Tensor out = make_view(a, shape, broadcast_strides(a, shape), a.offset());
+  return autograd::record("expand", {a}, out, [in_shape = a.shape()](const TensorList& g) {
+    return TensorList{sum_to(g[0], in_shape)};
+  });
+}
+
+Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  check_defined(a, "slice", "a");
+  int64_t d = a.wrap_dim(dim);
+  int64_t n = a.shape()[d];
+  ZDL_CHECK(step > 0, "slice: step must be positive, got ", step);
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  end = std::min(end, n);
+  ZDL_CHECK(start >= 0 && start <= end, "slice: range [", start, ", ", end, ") invalid for dimension ", d,
+            " of size ", n, " (shape=", shape_str(a.shape()), ")");
+  Shape shape = a.shape(), strides = a.strides();
+  shape[d] = (end - start + step - 1) / step;
+  strides[d] *= step;
+  Tensor out = make_view(a, shape, strides, a.offset() + start * a.strides()[d]);
+  return autograd::record("slice", {a}, out, [in_shape = a.shape(), d, start, end, step](const TensorList& g) {
+    Tensor gi = Tensor::zeros(in_shape, g[0].dtype(), g[0].device());
+    slice(gi, d, start, end, step).copy_(g[0]);
+    return TensorList{gi};
+  });
+}
+
+std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, int64_t dim) {
+  check_defined(a, "split", "a");
+  int64_t d = a.wrap_dim(dim);
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    ZDL_CHECK(s >= 0, "split: negative size in ", shape_str(sizes));
+    total += s;
+  }
+  ZDL_CHECK(total == a.shape()[d], "split: sizes ", shape_str(sizes), " sum to ", total, " but dimension ", d,
+            " has size ", a.shape()[d], " (shape=", shape_str(a.shape()), ")");
+  std::vector<Tensor> out;
+  int64_t at = 0;
+  for (int64_t s : sizes) {
+    out.push_back(slice(a, d, at, at + s));
+    at += s;
+  }
+  return out;
+}
+
+std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim) {
+  check_defined(a, "split", "a");
+  ZDL_CHECK(split_size > 0, "split: split_size must be positive, got ", split_size);
+  int64_t n = a.size(dim);
+  std::vector<int64_t> sizes;
+  for (int64_t at = 0; at < n; at += split_size) sizes.push_back(std::min(split_size, n - at));
+  return split(a, sizes, dim);
+}
+
+Tensor cat(const std::vector<Tensor>& parts, int64_t dim) {
+  ZDL_CHECK(!parts.empty(), "cat: no tensors given");
+  for (size_t i = 0; i < parts.size(); ++i) check_defined(parts[i], "cat", "parts[i]");
+  const Tensor& first = parts[0];
+  int64_t d = first.wrap_dim(dim);
+  Shape shape = first.shape();
+  int64_t total = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Tensor& p = parts[i];
+    check_same_device(first, p, "cat");
+    check_same_dtype(first, p, "cat");
+    ZDL_CHECK(p.dim() == first.dim(), "cat: tensor ", i, " has shape=", shape_str(p.shape()),
+              ", tensor 0 has shape=", shape_str(first.shape()));
+    for (int64_t k = 0; k < p.dim(); ++k)
+      ZDL_CHECK(k == d || p.shape()[k] == shape[k], "cat: tensor ", i, " has shape=", shape_str(p.shape()),
+                " but tensor 0 has shape=", shape_str(first.shape()), " (they may differ only in dimension ", d, ")");
+    total += p.shape()[d];
+  }
+  shape[d] = total;
+  Tensor out = Tensor::empty(shape, first.dtype(), first.device());
+  std::vector<int64_t> sizes;
+  int64_t at = 0;
+  for (const Tensor& p : parts) {
+    slice(out.detach(), d, at, at + p.shape()[d]).copy_(p);
+    sizes.push_back(p.shape()[d]);
+    at += p.shape()[d];
+  }
+  return autograd::record("cat", parts, out, [sizes, d](const TensorList& g) {
+    std::vector<Tensor> pieces = split(g[0], sizes, d);
+    return TensorList(pieces.begin(), pieces.end());
+  });
+}
+
+}  // namespace zdl

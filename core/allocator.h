@@ -1,0 +1,26 @@
+// Raw byte allocators per device. The CPU allocator aligns to 64 bytes (cache line, AVX-512);
+// the CUDA allocator (built with ZDL_CUDA) is stream-ordered. Accounting happens in Storage,
+// not here, so every allocator is counted the same way.
+#pragma once
+#include <cstddef>
+
+#include "core/device.h"
+
+namespace zdl {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* ptr, size_t bytes) = 0;
+};
+
+// The allocator serving a device; throws when the build lacks CUDA.
+Allocator& allocator_for(Device device);
+
+constexpr size_t kCpuAlignment = 64;
+
+// Implemented in core/cuda_allocator.cpp when ZDL_CUDA is on.
+Allocator& cuda_allocator();
+
+}  // namespace zdl

@@ -1,0 +1,54 @@
+// Always-on checks that throw zdl::Error with file:line and the values involved.
+// Library code never exits: callers (examples, tests) decide what an error means.
+//
+//   ZDL_CHECK(a.dim() == 2, "Linear: x must be 2-D, got shape=", a.shape());
+#pragma once
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace zdl {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Thrown when an allocation would exceed the per-process memory cap (or the device is full).
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+
+inline std::ostream& operator<<(std::ostream& os, const std::vector<int64_t>& v) {
+  os << '[';
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+  return os << ']';
+}
+
+template <class... Args>
+std::string str(const Args&... args) {
+  std::ostringstream os;
+  ((os << args), ...);
+  return os.str();
+}
+
+[[noreturn]] inline void throw_error(const char* file, int line, const char* cond, const std::string& msg) {
+  throw Error(str(msg, " (", cond, " failed at ", file, ":", line, ")"));
+}
+
+}  // namespace detail
+
+// Formats a shape as [2,3,4]; used by every shape error message.
+inline std::string shape_str(const std::vector<int64_t>& v) { return detail::str(v); }
+
+}  // namespace zdl
+
+#define ZDL_CHECK(cond, ...)                                                                   \
+  do {                                                                                         \
+    if (!(cond)) ::zdl::detail::throw_error(__FILE__, __LINE__, #cond, ::zdl::detail::str(__VA_ARGS__)); \
+  } while (0)

@@ -1,0 +1,28 @@
+// CPU-only build: the CUDA entry points exist and say clearly that CUDA is not compiled in.
+#include <cstring>
+
+#include "core/allocator.h"
+#include "core/check.h"
+#include "core/device_copy.h"
+
+namespace zdl {
+
+bool cuda_available() { return false; }
+int cuda_device_count() { return 0; }
+
+Allocator& cuda_allocator() {
+  throw Error("this zerodl build has no CUDA support (configure with -DZDL_CUDA=ON and a CUDA toolkit)");
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  ZDL_CHECK(dst_device.is_cpu() && src_device.is_cpu(), "copy ", src_device.str(), " -> ", dst_device.str(),
+            ": this zerodl build has no CUDA support");
+  std::memcpy(dst, src, bytes);
+}
+
+void zero_bytes(void* dst, Device device, size_t bytes) {
+  ZDL_CHECK(device.is_cpu(), "zero on ", device.str(), ": this zerodl build has no CUDA support");
+  std::memset(dst, 0, bytes);
+}
+
+}  // namespace zdl

@@ -1,0 +1,61 @@
+// A Storage owns the bytes behind one or more tensor views (DESIGN.md mechanism 1).
+//
+// It can be *released* (bytes freed, identity and size kept) and *materialized* again.
+// ZeRO-3 depends on this: tensors saved for backward keep pointing at the same Storage,
+// which is empty between forward and backward and holds the re-gathered parameter when
+// backward runs. Every op reads data() at execution time, so touching a released storage
+// is a hard error naming the storage's label (the parameter name, when it is one).
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "core/device.h"
+#include "core/memory.h"
+
+namespace zdl {
+
+class StorageImpl {
+ public:
+  // Allocates `nbytes` on `device`, accounted under `category`.
+  StorageImpl(size_t nbytes, Device device, MemoryCategory category);
+  ~StorageImpl();
+  StorageImpl(const StorageImpl&) = delete;
+  StorageImpl& operator=(const StorageImpl&) = delete;
+
+  // The bytes; throws if the storage is released.
+  void* data() const;
+  // The bytes or nullptr, without the released check (for allocators and diagnostics).
+  void* data_unchecked() const { return ptr_; }
+
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  MemoryCategory category() const { return category_; }
+  bool is_released() const { return released_; }
+
+  // Frees the bytes; the storage keeps its size and identity. Idempotent.
+  void release();
+  // Allocates the bytes again (contents undefined) under `category`; no-op if present.
+  void materialize(MemoryCategory category);
+  // Moves the accounting of the bytes to another category (e.g. a fresh tensor becoming a gradient).
+  void set_category(MemoryCategory category);
+
+  // A name for error messages, e.g. "h.3.attn.c_attn.weight".
+  void set_label(std::string label) { label_ = std::move(label); }
+  const std::string& label() const { return label_; }
+  // Extra advice appended to the released-storage error (the ZeRO manager sets it).
+  void set_release_hint(std::string hint) { release_hint_ = std::move(hint); }
+
+ private:
+  size_t nbytes_;
+  Device device_;
+  MemoryCategory category_;
+  void* ptr_ = nullptr;
+  bool released_ = false;
+  std::string label_;
+  std::string release_hint_;
+};
+
+using Storage = std::shared_ptr<StorageImpl>;
+
+}  // namespace zdl

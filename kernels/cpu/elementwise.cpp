@@ -1,0 +1,113 @@
+#include "kernels/cpu/elementwise.h"
+
+#include <cmath>
+
+#include "kernels/cpu/parallel.h"
+
+namespace zdl::kernels::cpu {
+
+namespace {
+
+template <class T, class F>
+void binary_rows(const StridedRows<3>& it, T* out, const T* a, const T* b, F f) {
+  int64_t rows = it.rows(), inner = it.inner();
+  auto is = it.inner_strides();
+  auto row = [&](int64_t r, int64_t lo, int64_t hi) {
+    auto off = it.row_offsets(r);
+    T* o = out + off[0];
+    const T* pa = a + off[1];
+    const T* pb = b + off[2];
+    if (is[0] == 1 && is[1] == 1 && is[2] == 1) {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i) o[i] = f(pa[i], pb[i]);
+    } else if (is[0] == 1 && is[1] == 1 && is[2] == 0) {
+      const T bv = pb[0];
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i) o[i] = f(pa[i], bv);
+    } else if (is[0] == 1 && is[1] == 0 && is[2] == 1) {
+      const T av = pa[0];
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i) o[i] = f(av, pb[i]);
+    } else {
+      for (int64_t i = lo; i < hi; ++i) o[i * is[0]] = f(pa[i * is[1]], pb[i * is[2]]);
+    }
+  };
+  if (rows == 1) {
+    parallel_for(inner, 1, [&](int64_t lo, int64_t hi) { row(0, lo, hi); });
+  } else {
+    parallel_for(rows, inner, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) row(r, 0, inner);
+    });
+  }
+}
+
+template <class T, class F>
+void unary_map(int64_t n, const T* x, T* out, F f) {
+  parallel_for(n, 4, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i) out[i] = f(x[i]);
+  });
+}
+
+}  // namespace
+
+template <class T>
+void binary(BinaryOp op, const StridedRows<3>& it, T* out, const T* a, const T* b) {
+  switch (op) {
+    case BinaryOp::Add: return binary_rows(it, out, a, b, [](T x, T y) { return x + y; });
+    case BinaryOp::Sub: return binary_rows(it, out, a, b, [](T x, T y) { return x - y; });
+    case BinaryOp::Mul: return binary_rows(it, out, a, b, [](T x, T y) { return x * y; });
+    case BinaryOp::Div: return binary_rows(it, out, a, b, [](T x, T y) { return x / y; });
+  }
+}
+
+template <class T>
+void unary(UnaryOp op, int64_t n, const T* x, T* out, double s) {
+  const T ts = static_cast<T>(s);
+  switch (op) {
+    case UnaryOp::Neg: return unary_map(n, x, out, [](T v) { return -v; });
+    case UnaryOp::Exp: return unary_map(n, x, out, [](T v) { return std::exp(v); });
+    case UnaryOp::Log: return unary_map(n, x, out, [](T v) { return std::log(v); });
+    case UnaryOp::Sqrt: return unary_map(n, x, out, [](T v) { return std::sqrt(v); });
+    case UnaryOp::Tanh: return unary_map(n, x, out, [](T v) { return std::tanh(v); });
+    case UnaryOp::Square: return unary_map(n, x, out, [](T v) { return v * v; });
+    case UnaryOp::AddScalar: return unary_map(n, x, out, [ts](T v) { return v + ts; });
+    case UnaryOp::MulScalar: return unary_map(n, x, out, [ts](T v) { return v * ts; });
+    case UnaryOp::RSub: return unary_map(n, x, out, [ts](T v) { return ts - v; });
+    case UnaryOp::RDiv: return unary_map(n, x, out, [ts](T v) { return ts / v; });
+  }
+}
+
+template <class T>
+void accumulate(const StridedRows<2>& it, T* dst, const T* src) {
+  int64_t rows = it.rows(), inner = it.inner();
+  auto is = it.inner_strides();
+  auto row = [&](int64_t r, int64_t lo, int64_t hi) {
+    auto off = it.row_offsets(r);
+    T* d = dst + off[0];
+    const T* s = src + off[1];
+    if (is[0] == 1 && is[1] == 1) {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i) d[i] += s[i];
+    } else {
+      for (int64_t i = lo; i < hi; ++i) d[i * is[0]] += s[i * is[1]];
+    }
+  };
+  if (rows == 1) {
+    parallel_for(inner, 1, [&](int64_t lo, int64_t hi) { row(0, lo, hi); });
+  } else {
+    parallel_for(rows, inner, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) row(r, 0, inner);
+    });
+  }
+}
+
+#define ZDL_INSTANTIATE(T)                                                                  \
+  template void binary<T>(BinaryOp, const StridedRows<3>&, T*, const T*, const T*);        \
+  template void unary<T>(UnaryOp, int64_t, const T*, T*, double);                          \
+  template void accumulate<T>(const StridedRows<2>&, T*, const T*);
+ZDL_INSTANTIATE(float)
+ZDL_INSTANTIATE(double)
+#undef ZDL_INSTANTIATE
+
+}  // namespace zdl::kernels::cpu

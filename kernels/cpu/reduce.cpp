@@ -1,0 +1,44 @@
+#include "kernels/cpu/reduce.h"
+
+#include <cstddef>
+#include <vector>
+
+#include "kernels/cpu/parallel.h"
+
+namespace zdl::kernels::cpu {
+
+template <class T>
+void sum_reduce(int64_t outer, int64_t reduce, int64_t inner, const T* x, T* out) {
+  if (inner == 1) {
+    parallel_for(outer, reduce, [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        const T* p = x + o * reduce;
+        double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t r = 0; r < reduce; ++r) acc += static_cast<double>(p[r]);
+        out[o] = static_cast<T>(acc);
+      }
+    });
+    return;
+  }
+  // Column sums: each thread owns a block of columns and walks the rows in order, so the
+  // inner loop is contiguous and vectorizes.
+  for (int64_t o = 0; o < outer; ++o) {
+    const T* base = x + o * reduce * inner;
+    T* dst = out + o * inner;
+    parallel_for(inner, reduce, [&](int64_t i0, int64_t i1) {
+      std::vector<double> acc(static_cast<size_t>(i1 - i0), 0.0);
+      for (int64_t r = 0; r < reduce; ++r) {
+        const T* row = base + r * inner;
+#pragma omp simd
+        for (int64_t i = i0; i < i1; ++i) acc[i - i0] += static_cast<double>(row[i]);
+      }
+      for (int64_t i = i0; i < i1; ++i) dst[i] = static_cast<T>(acc[i - i0]);
+    });
+  }
+}
+
+template void sum_reduce<float>(int64_t, int64_t, int64_t, const float*, float*);
+template void sum_reduce<double>(int64_t, int64_t, int64_t, const double*, double*);
+
+}  // namespace zdl::kernels::cpu

@@ -1,0 +1,13 @@
+// Sum reductions over a contiguous buffer viewed as [outer, reduce, inner]:
+// out[o, i] = sum_r x[o, r, i]. Covers row sums (inner = 1), column sums (outer = 1, e.g.
+// bias gradients over B*T rows) and everything between. Accumulates in double for f32 rows
+// so long reductions keep f32 accuracy.
+#pragma once
+#include <cstdint>
+
+namespace zdl::kernels::cpu {
+
+template <class T>
+void sum_reduce(int64_t outer, int64_t reduce, int64_t inner, const T* x, T* out);
+
+}  // namespace zdl::kernels::cpu
