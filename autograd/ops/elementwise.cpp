@@ -6,6 +6,9 @@
 #include "autograd/ops.h"
 #include "autograd/ops/op_checks.h"
 #include "kernels/cpu/elementwise.h"
+#ifdef ZDL_WITH_CUDA
+#include "kernels/cuda/elementwise.h"
+#endif
 
 namespace zdl {
 
@@ -42,6 +45,16 @@ namespace {
 
 Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
   check_float_args(name, {&a, &b});
+#ifdef ZDL_WITH_CUDA
+  if (a.device().is_cuda()) {
+    ZDL_CHECK(a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous(), name,
+              ": on CUDA only same-shape contiguous operands are supported so far, got shapes ", shape_str(a.shape()),
+              " and ", shape_str(b.shape()));
+    Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+    kernels::cuda::binary(op, a.dtype(), a.numel(), out.raw_data(), a.raw_data(), b.raw_data());
+    return out;
+  }
+#endif
   check_cpu(name, a);
   Shape out_shape = broadcast_shapes(a.shape(), b.shape());
   Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
@@ -172,7 +185,13 @@ Tensor square(const Tensor& a) {
 Tensor cast(const Tensor& a, DType dtype) {
   check_defined(a, "cast", "a");
   Tensor out = Tensor::empty(a.shape(), dtype, a.device());
-  out.copy_(a);
+#ifdef ZDL_WITH_CUDA
+  if (a.device().is_cuda() && a.is_contiguous() && a.dtype() != dtype &&
+      (a.dtype() == DType::BF16 || dtype == DType::BF16) && (a.dtype() == DType::F32 || dtype == DType::F32))
+    kernels::cuda::cast(a.dtype(), dtype, a.numel(), a.raw_data(), out.raw_data());
+  else
+#endif
+    out.copy_(a);
   if (!is_floating(dtype)) return out;
   return autograd::record("cast", {a}, out, [from = a.dtype()](const TensorList& g) {
     return TensorList{cast(g[0], from)};

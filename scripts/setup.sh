@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian/Ubuntu machine lacks to build and test zerodl. Idempotent:
+# packages already present are not touched, and apt-get runs only when something is missing.
+# The CUDA toolkit (with cuBLAS, cuDNN, NCCL) is not installed here: it is used where the
+# machine has it (nvcc on PATH or /usr/local/cuda), and the CUDA backend is skipped otherwise.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libeigen3-dev          # CPU kernels
+  mpich libmpich-dev     # collectives on CPU, launcher (mpirun)
+  googletest libgtest-dev libgmock-dev
+  libcli11-dev nlohmann-json3-dev
+  python3 python3-numpy python3-torch libopenblas0-pthread  # reference for tests and benchmarks
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: all packages present"
+fi
+
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "setup: CUDA toolkit found: the CUDA backend will be built"
+else
+  echo "setup: no CUDA toolkit: building the CPU backend only"
+fi

@@ -1,0 +1,142 @@
+// The backward engine: accumulation, hooks, retain_graph, grad mode, and its errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "autograd/engine.h"
+#include "gradcheck.h"
+
+namespace zdl {
+
+using testing::rand_leaf;
+
+TEST(Engine, GradientsAccumulateAcrossBackwardCalls) {
+  Tensor x = rand_leaf({3}, 1);
+  sum(mul(x, 2.0)).backward();
+  sum(mul(x, 3.0)).backward();
+  for (double g : x.grad().to_vector()) EXPECT_DOUBLE_EQ(g, 5.0);
+}
+
+TEST(Engine, DiamondGraphSumsBothPaths) {
+  Tensor x = rand_leaf({4}, 2);
+  Tensor y = exp(x);
+  Tensor z = sum(add(mul(y, 2.0), square(y)));  // dz/dx = (2 + 2y) y
+  z.backward();
+  auto xv = x.to_vector(), gv = x.grad().to_vector();
+  for (size_t i = 0; i < xv.size(); ++i) {
+    double e = std::exp(xv[i]);
+    EXPECT_NEAR(gv[i], (2 + 2 * e) * e, 1e-12);
+  }
+}
+
+TEST(Engine, NonScalarBackwardNeedsAGradient) {
+  Tensor x = rand_leaf({2, 3}, 3);
+  Tensor y = mul(x, 2.0);
+  try {
+    y.backward();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[2,3]"), std::string::npos) << e.what();
+  }
+  y.backward(Tensor::ones({2, 3}, DType::F64));
+  for (double g : x.grad().to_vector()) EXPECT_DOUBLE_EQ(g, 2.0);
+  EXPECT_THROW(y.backward(Tensor::ones({3, 2}, DType::F64)), Error);
+}
+
+TEST(Engine, BackwardTwiceNeedsRetainGraph) {
+  Tensor x = rand_leaf({3}, 4);
+  Tensor loss = sum(exp(x));
+  loss.backward(Tensor(), /*retain_graph=*/true);
+  loss.backward();  // graph still there
+  auto g = x.grad().to_vector(), xv = x.to_vector();
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], 2 * std::exp(xv[i]), 1e-12);
+  try {
+    loss.backward();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("retain_graph"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Engine, NoGradGuardRecordsNothing) {
+  Tensor x = rand_leaf({3}, 5);
+  Tensor y;
+  {
+    NoGradGuard ng;
+    y = mul(x, 2.0);
+  }
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_TRUE(y.is_leaf());
+  EXPECT_THROW(sum(y).backward(), Error);
+}
+
+TEST(Engine, TensorHooksSeeAndReplaceGradients) {
+  Tensor x = rand_leaf({3}, 6);
+  Tensor y = mul(x, 2.0);
+  std::vector<double> seen;
+  y.register_hook([&](const Tensor& g) {
+    seen = g.to_vector();
+    return mul(g, 10.0);  // replaces the gradient flowing on
+  });
+  x.register_hook([](const Tensor& g) { return add(g, 1.0); });  // leaf hook, before accumulation
+  sum(y).backward();
+  EXPECT_EQ(seen, std::vector<double>(3, 1.0));
+  for (double g : x.grad().to_vector()) EXPECT_DOUBLE_EQ(g, 21.0);
+}
+
+TEST(Engine, PostAccumulateGradHookRunsOncePerBackwardAfterAllContributions) {
+  Tensor w = rand_leaf({3}, 7);
+  int calls = 0;
+  std::vector<double> at_hook;
+  w.register_post_accumulate_grad_hook([&](Tensor& leaf) {
+    ++calls;
+    at_hook = leaf.grad().to_vector();
+  });
+  // w used three times: the hook must see the full sum 1 + 2 + 3 = 6.
+  sum(add(add(w, mul(w, 2.0)), mul(w, 3.0))).backward();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(at_hook, std::vector<double>(3, 6.0));
+}
+
+TEST(Engine, RetainGradKeepsNonLeafGradient) {
+  Tensor x = rand_leaf({3}, 8);
+  Tensor y = mul(x, 3.0);
+  y.retain_grad();
+  sum(mul(y, y)).backward();
+  auto yv = y.to_vector(), gy = y.grad().to_vector();
+  for (size_t i = 0; i < yv.size(); ++i) EXPECT_NEAR(gy[i], 2 * yv[i], 1e-12);
+}
+
+TEST(Engine, LeafGradIsAccountedAsGradientAndAccumulatesInPlace) {
+  Tensor w;
+  {
+    MemoryScope s(MemoryCategory::Parameter);
+    w = Tensor::ones({10}, DType::F32).set_requires_grad(true);
+  }
+  int64_t before = memory_ledger().stats(Device::cpu()).current_of(MemoryCategory::Gradient);
+  sum(w).backward();
+  EXPECT_EQ(memory_ledger().stats(Device::cpu()).current_of(MemoryCategory::Gradient) - before, 40);
+  // A preset grad (e.g. a view into a flat buffer) is accumulated into, not replaced.
+  Tensor flat = Tensor::zeros({20});
+  Tensor view = slice(flat, 0, 5, 15);
+  w.set_grad(view);
+  sum(mul(w, 2.0)).backward();
+  auto f = flat.to_vector();
+  EXPECT_EQ(f[4], 0.0);
+  EXPECT_EQ(f[5], 2.0);
+  EXPECT_EQ(f[14], 2.0);
+  EXPECT_EQ(f[15], 0.0);
+}
+
+TEST(Engine, BackwardRunsNodesNewestFirst) {
+  // Two independent chains; the one built last runs first (reverse creation order).
+  Tensor a = rand_leaf({2}, 9), b = rand_leaf({2}, 10);
+  std::vector<char> order;
+  Tensor ya = mul(a, 2.0), yb = mul(b, 2.0);
+  ya.register_hook([&](const Tensor&) { order.push_back('a'); return Tensor(); });
+  yb.register_hook([&](const Tensor&) { order.push_back('b'); return Tensor(); });
+  autograd::backward({sum(add(ya, yb))}, {}, false);
+  EXPECT_EQ(order, (std::vector<char>{'b', 'a'}));
+}
+
+}  // namespace zdl

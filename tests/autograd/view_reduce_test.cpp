@@ -1,0 +1,128 @@
+// Views, layout ops and reductions: finite-difference gradients in f64 on odd sizes,
+// including non-contiguous inputs, plus forward values and error messages.
+#include <gtest/gtest.h>
+
+#include "gradcheck.h"
+
+namespace zdl {
+
+using testing::expect_gradcheck;
+using testing::rand_leaf;
+using testing::rand_noncontiguous_leaf;
+using TL = std::vector<Tensor>;
+
+TEST(Views, ReshapeTransposePermuteGradients) {
+  expect_gradcheck([](const TL& x) { return mul(reshape(x[0], {5, -1}), 2.0); }, {rand_leaf({3, 5, 7}, 1)});
+  expect_gradcheck([](const TL& x) { return mul(transpose(x[0], 0, 2), x[1]); },
+                   {rand_leaf({3, 5, 7}, 2), rand_leaf({7, 5, 3}, 3)});
+  expect_gradcheck([](const TL& x) { return square(permute(x[0], {2, 0, 1})); }, {rand_leaf({3, 5, 7}, 4)});
+  expect_gradcheck([](const TL& x) { return square(reshape(x[0], {-1})); }, {rand_noncontiguous_leaf({3, 5, 7}, 5)});
+  expect_gradcheck([](const TL& x) { return square(contiguous(x[0])); }, {rand_noncontiguous_leaf({4, 3}, 6)});
+  expect_gradcheck([](const TL& x) { return squeeze(unsqueeze(square(x[0]), 1), 1); }, {rand_leaf({3, 5}, 7)});
+  expect_gradcheck([](const TL& x) { return mul(expand(x[0], {4, 3, 5}), x[1]); },
+                   {rand_leaf({3, 1}, 8), rand_leaf({4, 3, 5}, 9)});
+}
+
+TEST(Views, SliceSplitCatGradients) {
+  expect_gradcheck([](const TL& x) { return square(slice(x[0], 1, 1, 6, 2)); }, {rand_leaf({3, 7, 2}, 10)});
+  expect_gradcheck([](const TL& x) { return square(slice(x[0], -1, -3, 5)); }, {rand_noncontiguous_leaf({3, 5}, 11)});
+  expect_gradcheck(
+      [](const TL& x) {
+        auto parts = split(x[0], {2, 3, 2}, 1);
+        return cat({mul(parts[2], parts[0]), square(parts[1])}, 1);
+      },
+      {rand_leaf({3, 7}, 12)});
+  expect_gradcheck([](const TL& x) { return cat({x[0], x[1], x[0]}, 0); },
+                   {rand_noncontiguous_leaf({2, 3}, 13), rand_leaf({4, 3}, 14)});
+}
+
+TEST(Views, ShareStorageAndComputeRightValues) {
+  Tensor a = Tensor::from_vector(std::vector<double>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4});
+  Tensor s = slice(a, 1, 1, 4, 2);
+  EXPECT_EQ(s.shape(), (Shape{3, 2}));
+  EXPECT_EQ(s.storage(), a.storage());
+  EXPECT_EQ(s.to_vector(), (std::vector<double>{1, 3, 5, 7, 9, 11}));
+  auto parts = split(a, 3, 1);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[1].shape(), (Shape{3, 1}));
+  EXPECT_EQ(parts[1].to_vector(), (std::vector<double>{3, 7, 11}));
+  Tensor c = cat({a, a}, 0);
+  EXPECT_EQ(c.shape(), (Shape{6, 4}));
+  EXPECT_EQ(reshape(transpose(a, 0, 1), {12}).to_vector(),
+            (std::vector<double>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
+}
+
+TEST(Views, ErrorsNameShapes) {
+  Tensor a = Tensor::zeros({3, 4});
+  auto expect_msg = [](auto fn, const std::string& needle) {
+    try {
+      fn();
+      FAIL() << "expected an error containing " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_msg([&] { reshape(a, {5, 3}); }, "[3,4]");
+  expect_msg([&] { view(transpose(a, 0, 1), {12}); }, "not contiguous");
+  expect_msg([&] { cat({a, Tensor::zeros({3, 5})}, 0); }, "[3,5]");
+  expect_msg([&] { split(a, {1, 2}, 1); }, "[1,2]");
+  expect_msg([&] { permute(a, {0, 0}); }, "repeated");
+  expect_msg([&] { transpose(a, 0, 2); }, "out of range");
+}
+
+TEST(Reduce, SumMeanGradientsOverAnyDims) {
+  expect_gradcheck([](const TL& x) { return sum(x[0]); }, {rand_leaf({3, 5, 7}, 20)});
+  expect_gradcheck([](const TL& x) { return sum(x[0], {0}); }, {rand_leaf({3, 5, 7}, 21)});
+  expect_gradcheck([](const TL& x) { return sum(x[0], {-1}, true); }, {rand_leaf({3, 5, 7}, 22)});
+  expect_gradcheck([](const TL& x) { return sum(x[0], {0, 2}); }, {rand_leaf({3, 5, 7}, 23)});
+  expect_gradcheck([](const TL& x) { return mean(x[0], {1}); }, {rand_noncontiguous_leaf({3, 5, 7}, 24)});
+  expect_gradcheck([](const TL& x) { return mean(x[0]); }, {rand_noncontiguous_leaf({5, 3}, 25)});
+}
+
+TEST(Reduce, ValuesMatchPlainLoops) {
+  Tensor x = Tensor::randn({3, 5, 7}, 30, DType::F64);
+  auto v = x.to_vector();
+  auto s = sum(x, {0, 2}).to_vector();
+  for (int j = 0; j < 5; ++j) {
+    double ref = 0;
+    for (int i = 0; i < 3; ++i)
+      for (int k = 0; k < 7; ++k) ref += v[(i * 5 + j) * 7 + k];
+    EXPECT_NEAR(s[j], ref, 1e-12);
+  }
+  // Large column sum (the bias-gradient shape) in f32 stays accurate.
+  Tensor big = Tensor::full({4097, 3}, 0.1, DType::F32);
+  for (double c : sum(big, {0}).to_vector()) EXPECT_NEAR(c, 409.7, 1e-3);
+}
+
+TEST(Elementwise, AllOpsGradients) {
+  expect_gradcheck([](const TL& x) { return exp(x[0]); }, {rand_leaf({3, 5}, 40)});
+  expect_gradcheck([](const TL& x) { return log(x[0]); }, {rand_leaf({3, 5}, 41, 0.5, 2.0)});
+  expect_gradcheck([](const TL& x) { return sqrt(x[0]); }, {rand_leaf({3, 5}, 42, 0.5, 2.0)});
+  expect_gradcheck([](const TL& x) { return tanh(x[0]); }, {rand_noncontiguous_leaf({3, 5}, 43)});
+  expect_gradcheck([](const TL& x) { return 3.0 - 2.0 / (x[0] + 3.0); }, {rand_leaf({7}, 44)});
+  expect_gradcheck([](const TL& x) { return -x[0] * 0.5 + x[1] / x[0]; },
+                   {rand_leaf({5}, 45, 1.0, 2.0), rand_leaf({3, 5}, 46)});
+  expect_gradcheck([](const TL& x) { return mul(x[0], x[0]); }, {rand_leaf({2, 3}, 47)});  // same input twice
+}
+
+TEST(Elementwise, ErrorsNameBothSides) {
+  Tensor a = Tensor::zeros({3, 4}), b = Tensor::zeros({5, 4});
+  try {
+    add(a, b);
+    FAIL();
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("[3,4]"), std::string::npos) << m;
+    EXPECT_NE(m.find("[5,4]"), std::string::npos) << m;
+  }
+  try {
+    add(a, Tensor::zeros({3, 4}, DType::F64));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("f32 vs f64"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(add(a, Tensor::zeros({3, 4}, DType::I64)), Error);
+  EXPECT_THROW(add(a, Tensor()), Error);
+}
+
+}  // namespace zdl
