@@ -21,7 +21,21 @@ void check_grad_matches(const Node& node, uint32_t slot, const Tensor& g) {
             " has shape=", shape_str(g.shape()), " but the output has shape=", shape_str(node.output_shapes[slot]));
 }
 
+// Per-thread state of the running backward pass (passes do not nest on one thread).
+struct BackwardState {
+  bool running = false;
+  std::vector<std::function<void()>> callbacks;
+};
+thread_local BackwardState t_backward;
+
 }  // namespace
+
+void queue_callback(std::function<void()> f) {
+  ZDL_CHECK(t_backward.running, "queue_callback outside a backward pass");
+  t_backward.callbacks.push_back(std::move(f));
+}
+
+bool in_backward() { return t_backward.running; }
 
 TensorList AccumulateGrad::apply(TensorList grad_outputs) {
   Tensor g = grad_outputs.at(0);
@@ -52,6 +66,15 @@ void backward(const TensorList& roots, const TensorList& grads, bool retain_grap
             " gradients");
   NoGradGuard no_grad;
   MemoryScope scope(MemoryCategory::Activation);
+  ZDL_CHECK(!t_backward.running, "backward called from inside a backward pass (reentrant backward is not supported)");
+  t_backward.running = true;
+  t_backward.callbacks.clear();
+  struct Reset {
+    ~Reset() {
+      t_backward.running = false;
+      t_backward.callbacks.clear();
+    }
+  } reset;
 
   // Root gradients, routed to the roots' gradient edges.
   std::vector<std::pair<Edge, Tensor>> seeds;
@@ -134,6 +157,10 @@ void backward(const TensorList& roots, const TensorList& grads, bool retain_grap
       if (--deps[e.node.get()] == 0) ready.push(e.node.get());
     }
     keep_alive.erase(n);
+  }
+  for (size_t i = 0; i < t_backward.callbacks.size(); ++i) {
+    auto cb = std::move(t_backward.callbacks[i]);
+    cb();
   }
 }
 

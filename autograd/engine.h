@@ -14,4 +14,11 @@ namespace zdl::autograd {
 // grads[i] is the gradient for roots[i]; undefined means ones (allowed only for one-element roots).
 void backward(const TensorList& roots, const TensorList& grads, bool retain_graph);
 
+// Queues f to run once the current backward pass has run every node (FIFO; callbacks may
+// queue more). Only valid while a backward pass runs on this thread (e.g. from a hook).
+void queue_callback(std::function<void()> f);
+
+// True while a backward pass runs on this thread.
+bool in_backward();
+
 }  // namespace zdl::autograd

@@ -1,0 +1,301 @@
+// Neural-network ops: gelu, layer_norm, softmax, embedding, cross_entropy, dropout. Each
+// forward sits next to its backward and calls the kernels in kernels/cpu/<op>.h, which work
+// on contiguous buffers: non-contiguous inputs are copied once here, incoming gradients too.
+//
+// Choices:
+// - Backward closures run dedicated backward kernels (not compositions of differentiable
+//   ops), so these ops are differentiable once, not twice.
+// - Saved state is the minimum the backward kernel needs: gelu and layer_norm keep x (plus
+//   per-row mean/rstd), softmax keeps its output (detached: capturing `out` itself would make
+//   a cycle out -> node -> out), cross_entropy keeps per-row max and logsumexp instead of the
+//   [N, V] probabilities, dropout keeps nothing and regenerates its Philox mask.
+// - Parameters (layer_norm weight, embedding weight) are saved as detached handles on the
+//   same Storage, so a ZeRO-3 re-gathered parameter is what backward reads (DESIGN.md 1).
+#include <cmath>
+
+#include "autograd/node.h"
+#include "autograd/ops.h"
+#include "autograd/ops/op_checks.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/dropout.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gelu.h"
+#include "kernels/cpu/layer_norm.h"
+#include "kernels/cpu/softmax.h"
+
+namespace zdl {
+
+using autograd::TensorList;
+using namespace ops_detail;
+namespace kc = kernels::cpu;
+
+namespace {
+
+// The tensor itself when contiguous, else a contiguous copy (kernels read dense buffers).
+Tensor dense(const Tensor& t) { return t.is_contiguous() ? t : t.contiguous_copy(); }
+
+// Checks an index tensor (embedding ids, cross-entropy targets): defined, i32 or i64, CPU.
+void check_index_arg(const char* op, const Tensor& t, const char* arg) {
+  check_defined(t, op, arg);
+  ZDL_CHECK(t.dtype() == DType::I32 || t.dtype() == DType::I64, op, ": ", arg, " must be i32 or i64, got ",
+            dtype_name(t.dtype()), " (", arg, " shape=", shape_str(t.shape()), ")");
+  check_cpu(op, t);
+}
+
+// Calls f(I{}) with the C++ type of an index dtype (checked before by check_index_arg).
+template <class F>
+void dispatch_index(DType dtype, F&& f) {
+  if (dtype == DType::I32) f(int32_t{});
+  else f(int64_t{});
+}
+
+// Checks that a layer_norm affine parameter is [C] and matches x's dtype and device.
+void check_ln_param(const Tensor& p, const char* arg, const Tensor& x) {
+  if (!p.defined()) return;
+  check_same_device(x, p, "layer_norm");
+  check_same_dtype(x, p, "layer_norm");
+  ZDL_CHECK(p.dim() == 1 && p.size(0) == x.size(-1), "layer_norm: ", arg, " shape=", shape_str(p.shape()),
+            " must be [C] with C the last dim of x shape=", shape_str(x.shape()));
+}
+
+}  // namespace
+
+// ---- gelu ----
+
+Tensor gelu(const Tensor& x) {
+  check_float_args("gelu", {&x});
+  check_cpu("gelu", x);
+  Tensor xc = dense(x);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (out.numel() == 0) return out;
+  ZDL_DISPATCH_FLOAT(x.dtype(), "gelu", [&](auto tag) {
+    using T = decltype(tag);
+    kc::gelu_forward<T>(xc.numel(), xc.data<T>(), out.data<T>());
+  });
+  // d gelu/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2),  t = tanh(k (x + 0.044715 x^3))
+  return autograd::record("gelu", {x}, out, [xs = xc.detach()](const TensorList& g) {
+    Tensor gc = dense(g[0]);
+    Tensor dx = Tensor::empty(xs.shape(), xs.dtype(), xs.device());
+    ZDL_DISPATCH_FLOAT(xs.dtype(), "gelu backward", [&](auto tag) {
+      using T = decltype(tag);
+      kc::gelu_backward<T>(xs.numel(), xs.data<T>(), gc.data<T>(), dx.data<T>());
+    });
+    return TensorList{dx};
+  });
+}
+
+// ---- layer_norm ----
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_float_args("layer_norm", {&x});
+  check_cpu("layer_norm", x);
+  ZDL_CHECK(x.dim() >= 1 && x.size(-1) > 0, "layer_norm: x needs a non-empty last dim, got shape=",
+            shape_str(x.shape()));
+  ZDL_CHECK(eps >= 0.0, "layer_norm: eps must be >= 0, got ", eps);
+  check_ln_param(weight, "weight", x);
+  check_ln_param(bias, "bias", x);
+  const int64_t C = x.size(-1), rows = x.numel() / C;
+  Tensor xc = dense(x);
+  Tensor wc = weight.defined() ? dense(weight).detach() : Tensor();
+  Tensor bc = bias.defined() ? dense(bias).detach() : Tensor();
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor mean = Tensor::empty({rows}, x.dtype(), x.device());  // (rows,)
+  Tensor rstd = Tensor::empty({rows}, x.dtype(), x.device());  // (rows,)
+  if (rows > 0) {
+    ZDL_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&](auto tag) {
+      using T = decltype(tag);
+      kc::layer_norm_forward<T>(rows, C, xc.data<T>(), wc.defined() ? wc.data<T>() : nullptr,
+                                bc.defined() ? bc.data<T>() : nullptr, eps, out.data<T>(), mean.data<T>(),
+                                rstd.data<T>());
+    });
+  }
+  // xhat = (x - mean) rstd, y = xhat w + b, g = dy w:
+  //   dx = rstd (g - mean_C(g) - xhat mean_C(g xhat)),  dw = sum_rows dy xhat,  db = sum_rows dy
+  bool gx = x.requires_grad(), gw = weight.defined() && weight.requires_grad(),
+       gb = bias.defined() && bias.requires_grad();
+  return autograd::record(
+      "layer_norm", {x, weight, bias}, out,
+      [xs = xc.detach(), wc, mean, rstd, rows, C, gx, gw, gb](const TensorList& g) {
+        Tensor gc = dense(g[0]);
+        Tensor dx = gx ? Tensor::empty(xs.shape(), xs.dtype(), xs.device()) : Tensor();
+        Tensor dw = gw ? Tensor::empty({C}, xs.dtype(), xs.device()) : Tensor();
+        Tensor db = gb ? Tensor::empty({C}, xs.dtype(), xs.device()) : Tensor();
+        if (rows == 0) {
+          if (dw.defined()) dw.zero_();
+          if (db.defined()) db.zero_();
+          return TensorList{dx, dw, db};
+        }
+        ZDL_DISPATCH_FLOAT(xs.dtype(), "layer_norm backward", [&](auto tag) {
+          using T = decltype(tag);
+          kc::layer_norm_backward<T>(rows, C, xs.data<T>(), wc.defined() ? wc.data<T>() : nullptr,
+                                     mean.data<T>(), rstd.data<T>(), gc.data<T>(), gx ? dx.data<T>() : nullptr,
+                                     gw ? dw.data<T>() : nullptr, gb ? db.data<T>() : nullptr);
+        });
+        return TensorList{dx, dw, db};
+      });
+}
+
+// ---- softmax ----
+
+Tensor softmax(const Tensor& x, int64_t dim) {
+  check_float_args("softmax", {&x});
+  check_cpu("softmax", x);
+  ZDL_CHECK(x.dim() >= 1, "softmax: needs at least one dimension, got shape=", shape_str(x.shape()));
+  const int64_t d = x.wrap_dim(dim);
+  // Other dims: move `d` last, use the row kernel, move it back (the transposes carry the
+  // gradient). The result is made contiguous so callers get the usual layout.
+  if (d != x.dim() - 1) return contiguous(transpose(softmax(transpose(x, d, -1), -1), d, -1));
+  const int64_t C = x.size(-1), rows = C == 0 ? 0 : x.numel() / C;
+  Tensor xc = dense(x);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (rows == 0) return out;
+  ZDL_DISPATCH_FLOAT(x.dtype(), "softmax", [&](auto tag) {
+    using T = decltype(tag);
+    kc::softmax_forward<T>(rows, C, xc.data<T>(), out.data<T>());
+  });
+  // dy_i/dx_j = y_i ([i == j] - y_j)  =>  dx = y * (dy - sum_C(dy * y))
+  return autograd::record("softmax", {x}, out, [y = out.detach(), rows, C](const TensorList& g) {
+    Tensor gc = dense(g[0]);
+    Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
+    ZDL_DISPATCH_FLOAT(y.dtype(), "softmax backward", [&](auto tag) {
+      using T = decltype(tag);
+      kc::softmax_backward<T>(rows, C, y.data<T>(), gc.data<T>(), dx.data<T>());
+    });
+    return TensorList{dx};
+  });
+}
+
+// ---- embedding ----
+
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  check_float_args("embedding", {&weight});
+  check_cpu("embedding", weight);
+  check_index_arg("embedding", ids, "ids");
+  ZDL_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [V, C], got weight shape=", shape_str(weight.shape()),
+            " (ids shape=", shape_str(ids.shape()), ")");
+  const int64_t V = weight.size(0), C = weight.size(1), n = ids.numel();
+  Tensor idc = dense(ids).detach();
+  Tensor wc = dense(weight);
+  dispatch_index(ids.dtype(), [&](auto itag) {
+    using I = decltype(itag);
+    int64_t bad = n == 0 ? -1 : kc::embedding_first_bad_id<I>(n, idc.data<I>(), V);
+    ZDL_CHECK(bad < 0, "embedding: id ", bad < 0 ? 0 : static_cast<int64_t>(idc.data<I>()[bad]),
+              " at flat position ", bad, " is out of range [0, V=", V, ") (weight shape=", shape_str(weight.shape()),
+              ", ids shape=", shape_str(ids.shape()), ")");
+  });
+  Shape out_shape = ids.shape();
+  out_shape.push_back(C);  // [S..., C]
+  Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
+  if (out.numel() > 0) {
+    ZDL_DISPATCH_FLOAT(weight.dtype(), "embedding", [&](auto tag) {
+      using T = decltype(tag);
+      dispatch_index(ids.dtype(), [&](auto itag) {
+        using I = decltype(itag);
+        kc::embedding_forward<T, I>(n, C, wc.data<T>(), idc.data<I>(), out.data<T>());
+      });
+    });
+  }
+  // d out[s, c] / d weight[v, c] = [ids[s] == v]  =>  dweight[v] = sum over {s : ids[s] == v} of dout[s]
+  return autograd::record("embedding", {weight}, out, [idc, V, C, dt = weight.dtype(), dev = weight.device()](
+                                                          const TensorList& g) {
+    Tensor dw = Tensor::empty({V, C}, dt, dev);
+    if (dw.numel() == 0) return TensorList{dw};
+    Tensor gc = dense(g[0]);
+    ZDL_DISPATCH_FLOAT(dt, "embedding backward", [&](auto tag) {
+      using T = decltype(tag);
+      dispatch_index(idc.dtype(), [&](auto itag) {
+        using I = decltype(itag);
+        kc::embedding_backward<T, I>(idc.numel(), V, C, idc.data<I>(), gc.data<T>(), dw.data<T>());
+      });
+    });
+    return TensorList{dw};
+  });
+}
+
+// ---- cross_entropy ----
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  check_float_args("cross_entropy", {&logits});
+  check_cpu("cross_entropy", logits);
+  check_index_arg("cross_entropy", targets, "targets");
+  ZDL_CHECK(logits.dim() == 2 && targets.dim() == 1 && logits.size(0) == targets.size(0),
+            "cross_entropy: expected logits [N, V] and targets [N], got logits shape=", shape_str(logits.shape()),
+            " and targets shape=", shape_str(targets.shape()));
+  const int64_t N = logits.size(0), V = logits.size(1);
+  Tensor lc = dense(logits);
+  Tensor tc = dense(targets).detach();
+  int64_t count = 0;
+  dispatch_index(targets.dtype(), [&](auto itag) {
+    using I = decltype(itag);
+    int64_t bad = N == 0 ? -1 : kc::cross_entropy_first_bad_target<I>(N, tc.data<I>(), V, ignore_index, &count);
+    ZDL_CHECK(bad < 0, "cross_entropy: target ", bad < 0 ? 0 : static_cast<int64_t>(tc.data<I>()[bad]), " at row ",
+              bad, " is out of range [0, V=", V, ") and is not ignore_index=", ignore_index,
+              " (logits shape=", shape_str(logits.shape()), ", targets shape=", shape_str(targets.shape()), ")");
+  });
+  Tensor row_max = Tensor::empty({N}, logits.dtype(), logits.device());  // (N,)
+  Tensor row_lse = Tensor::empty({N}, logits.dtype(), logits.device());  // (N,) log sum exp(x - max)
+  double total = 0.0;
+  if (count > 0) {
+    ZDL_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", [&](auto tag) {
+      using T = decltype(tag);
+      dispatch_index(targets.dtype(), [&](auto itag) {
+        using I = decltype(itag);
+        total = kc::cross_entropy_forward<T, I>(N, V, lc.data<T>(), tc.data<I>(), ignore_index, row_max.data<T>(),
+                                                row_lse.data<T>());
+      });
+    });
+  }
+  // Mean over non-ignored rows; all rows ignored -> 0 (and zero gradients), not NaN.
+  Tensor out = Tensor::scalar(count > 0 ? total / static_cast<double>(count) : 0.0, logits.dtype(), logits.device());
+  // loss = (1/count) sum_n (max_n + lse_n - x[n, t_n])
+  //   => dloss/dx[n, v] = (softmax(x_n)_v - [v == t_n]) / count,  softmax_v = exp(x_v - max - lse)
+  return autograd::record(
+      "cross_entropy", {logits}, out,
+      [xs = lc.detach(), tc, row_max, row_lse, ignore_index, count, N, V](const TensorList& g) {
+        Tensor dl = Tensor::empty({N, V}, xs.dtype(), xs.device());
+        if (dl.numel() == 0) return TensorList{dl};
+        if (count == 0) {
+          dl.zero_();
+          return TensorList{dl};
+        }
+        double scale = g[0].item() / static_cast<double>(count);
+        ZDL_DISPATCH_FLOAT(xs.dtype(), "cross_entropy backward", [&](auto tag) {
+          using T = decltype(tag);
+          dispatch_index(tc.dtype(), [&](auto itag) {
+            using I = decltype(itag);
+            kc::cross_entropy_backward<T, I>(N, V, xs.data<T>(), tc.data<I>(), ignore_index, row_max.data<T>(),
+                                             row_lse.data<T>(), scale, dl.data<T>());
+          });
+        });
+        return TensorList{dl};
+      });
+}
+
+// ---- dropout ----
+
+Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed, uint64_t stream) {
+  check_float_args("dropout", {&x});
+  check_cpu("dropout", x);
+  ZDL_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got p=", p, " (x shape=", shape_str(x.shape()), ")");
+  if (!training || p == 0.0) return x;
+  Tensor xc = dense(x);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (out.numel() == 0) return out;
+  ZDL_DISPATCH_FLOAT(x.dtype(), "dropout", [&](auto tag) {
+    using T = decltype(tag);
+    kc::dropout_forward<T>(xc.numel(), xc.data<T>(), p, seed, stream, out.data<T>());
+  });
+  // d out_i / d x_i = keep_i / (1 - p): the same mask, regenerated from (seed, stream, i)
+  // rather than saved (kernels/cpu/dropout.h).
+  return autograd::record("dropout", {x}, out, [p, seed, stream](const TensorList& g) {
+    Tensor gc = dense(g[0]);
+    Tensor dx = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
+    ZDL_DISPATCH_FLOAT(gc.dtype(), "dropout backward", [&](auto tag) {
+      using T = decltype(tag);
+      kc::dropout_backward<T>(gc.numel(), gc.data<T>(), p, seed, stream, dx.data<T>());
+    });
+    return TensorList{dx};
+  });
+}
+
+}  // namespace zdl

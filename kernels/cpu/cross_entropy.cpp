@@ -1,0 +1,86 @@
+#include "kernels/cpu/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "kernels/cpu/parallel.h"
+
+namespace zdl::kernels::cpu {
+
+template <class I>
+int64_t cross_entropy_first_bad_target(int64_t N, const I* targets, int64_t V, int64_t ignore_index, int64_t* count) {
+  int64_t bad = -1, c = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    int64_t t = static_cast<int64_t>(targets[n]);
+    if (t == ignore_index) continue;
+    if ((t < 0 || t >= V) && bad < 0) bad = n;
+    ++c;
+  }
+  *count = c;
+  return bad;
+}
+
+template <class T, class I>
+double cross_entropy_forward(int64_t N, int64_t V, const T* logits, const I* targets, int64_t ignore_index,
+                             T* row_max, T* row_lse) {
+  std::vector<double> row_loss(static_cast<size_t>(N), 0.0);
+  parallel_for(N, 3 * V, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      int64_t t = static_cast<int64_t>(targets[n]);
+      if (t == ignore_index) {
+        row_max[n] = T(0);
+        row_lse[n] = T(0);
+        continue;
+      }
+      const T* x = logits + n * V;
+      T mx = x[0];
+      for (int64_t v = 1; v < V; ++v) mx = x[v] > mx ? x[v] : mx;
+      double s = 0.0;
+      for (int64_t v = 0; v < V; ++v) s += static_cast<double>(std::exp(x[v] - mx));
+      double lse = std::log(s);
+      row_max[n] = mx;
+      row_lse[n] = static_cast<T>(lse);
+      // -log p_t = -(x_t - max - lse)
+      row_loss[n] = static_cast<double>(mx) + lse - static_cast<double>(x[t]);
+    }
+  });
+  double total = 0.0;
+  for (int64_t n = 0; n < N; ++n) total += row_loss[n];
+  return total;
+}
+
+template <class T, class I>
+void cross_entropy_backward(int64_t N, int64_t V, const T* logits, const I* targets, int64_t ignore_index,
+                            const T* row_max, const T* row_lse, double scale, T* dlogits) {
+  const T s = static_cast<T>(scale);
+  parallel_for(N, 2 * V, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      T* d = dlogits + n * V;
+      int64_t t = static_cast<int64_t>(targets[n]);
+      if (t == ignore_index) {
+        std::fill_n(d, V, T(0));
+        continue;
+      }
+      const T* x = logits + n * V;
+      const T shift = row_max[n] + row_lse[n];
+      for (int64_t v = 0; v < V; ++v) d[v] = s * std::exp(x[v] - shift);
+      d[t] -= s;
+    }
+  });
+}
+
+#define ZDL_CE_INSTANTIATE(T, I)                                                                                  \
+  template double cross_entropy_forward<T, I>(int64_t, int64_t, const T*, const I*, int64_t, T*, T*);             \
+  template void cross_entropy_backward<T, I>(int64_t, int64_t, const T*, const I*, int64_t, const T*, const T*, \
+                                             double, T*);
+ZDL_CE_INSTANTIATE(float, int32_t)
+ZDL_CE_INSTANTIATE(float, int64_t)
+ZDL_CE_INSTANTIATE(double, int32_t)
+ZDL_CE_INSTANTIATE(double, int64_t)
+#undef ZDL_CE_INSTANTIATE
+template int64_t cross_entropy_first_bad_target<int32_t>(int64_t, const int32_t*, int64_t, int64_t, int64_t*);
+template int64_t cross_entropy_first_bad_target<int64_t>(int64_t, const int64_t*, int64_t, int64_t, int64_t*);
+
+}  // namespace zdl::kernels::cpu

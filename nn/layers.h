@@ -1,0 +1,89 @@
+// The basic layers: Linear, Embedding, LayerNorm, Dropout, GELU. Each has an Options struct
+// and registers its parameters in the constructor with GPT-2-style default inits.
+//
+//   auto fc = std::make_shared<nn::Linear>(nn::LinearOptions{.in = 768, .out = 3072});
+//   Tensor y = (*fc)(x);   // [..., 768] -> [..., 3072]
+#pragma once
+#include "nn/module.h"
+
+namespace zdl::nn {
+
+struct LinearOptions {
+  int64_t in = 0;
+  int64_t out = 0;
+  bool bias = true;
+  double init_std = 0.02;  // weight ~ N(0, init_std); bias = 0
+};
+
+// y = x W^T + b, W: (out, in), b: (out).
+class Linear : public Module {
+ public:
+  explicit Linear(const LinearOptions& o);
+  Linear(int64_t in, int64_t out, bool bias = true) : Linear(LinearOptions{in, out, bias}) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+  LinearOptions options;
+  Tensor weight;  // (out, in)
+  Tensor bias;    // (out) or undefined
+};
+
+struct EmbeddingOptions {
+  int64_t num = 0;  // rows (vocabulary or positions)
+  int64_t dim = 0;
+  double init_std = 0.02;
+};
+
+// ids (any shape, i32/i64) -> [ids..., dim]; weight: (num, dim).
+class Embedding : public Module {
+ public:
+  explicit Embedding(const EmbeddingOptions& o);
+  Embedding(int64_t num, int64_t dim) : Embedding(EmbeddingOptions{num, dim}) {}
+  Tensor forward(const Tensor& ids) override;
+  std::string extra_repr() const override;
+
+  EmbeddingOptions options;
+  Tensor weight;  // (num, dim)
+};
+
+struct LayerNormOptions {
+  int64_t dim = 0;
+  double eps = 1e-5;
+  bool bias = true;
+};
+
+// Normalizes the last dim; weight = 1, bias = 0 at init.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(const LayerNormOptions& o);
+  explicit LayerNorm(int64_t dim) : LayerNorm(LayerNormOptions{dim}) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+  LayerNormOptions options;
+  Tensor weight;  // (dim)
+  Tensor bias;    // (dim) or undefined
+};
+
+// Inverted dropout. Each call draws a fresh mask from the counter-based RNG: stream =
+// (module's stream, call counter), so a run is reproducible and resumable (the counter is
+// part of the training state: `calls`).
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+  double p;
+  uint64_t seed = 0;
+  uint64_t stream = 0;
+  uint64_t calls = 0;
+};
+
+class GELU : public Module {
+ public:
+  GELU() : Module("GELU") {}
+  Tensor forward(const Tensor& x) override { return gelu(x); }
+};
+
+}  // namespace zdl::nn

@@ -1,0 +1,273 @@
+#include "nn/module.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "autograd/engine.h"
+#include "nn/parameter_factory.h"
+
+namespace zdl::nn {
+
+struct Module::PostBackwardState {
+  int expected = 0;   // distinct parameters (recursive) that require grad
+  int remaining = 0;  // still awaited in the current pass
+  bool armed = false;
+  bool callback_queued = false;
+};
+
+void Module::check_name(const std::string& name, const char* what) const {
+  ZDL_CHECK(!name.empty(), type_name_, ": ", what, " name must not be empty");
+  ZDL_CHECK(name.find('.') == std::string::npos, type_name_, ": ", what, " name '", name,
+            "' must not contain '.' (dots separate the levels of full names)");
+  auto taken = [&](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [&](const auto& kv) { return kv.first == name; });
+  };
+  ZDL_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), type_name_, ": ", what, " name '", name,
+            "' is already registered in this module");
+}
+
+Tensor Module::register_parameter(const std::string& name, const Shape& shape, const Init& init) {
+  check_name(name, "parameter");
+  ParameterSpec spec;
+  spec.owner = this;
+  spec.local_name = name;
+  spec.shape = shape;
+  spec.init = init;
+  InitContext::assign(spec);
+  Tensor t = current_parameter_factory().create(spec);
+  return register_parameter(name, t);
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor tensor) {
+  check_name(name, "parameter");
+  check_defined(tensor, "register_parameter", name.c_str());
+  ZDL_CHECK(tensor.is_leaf(), type_name_, ": parameter '", name, "' must be a leaf tensor (detach it first)");
+  if (!tensor.requires_grad()) tensor.set_requires_grad(true);
+  if (tensor.name().empty()) {
+    tensor.set_name(full_prefix_ + name);
+    tensor.storage()->set_label(full_prefix_ + name);
+  }
+  params_.emplace_back(name, tensor);
+  return tensor;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
+  check_name(name, "buffer");
+  check_defined(tensor, "register_buffer", name.c_str());
+  if (tensor.name().empty()) tensor.set_name(full_prefix_ + name);
+  buffers_.emplace_back(name, tensor);
+  return tensor;
+}
+
+void Module::register_module_impl(const std::string& name, const std::shared_ptr<Module>& child) {
+  check_name(name, "module");
+  ZDL_CHECK(child != nullptr, type_name_, ": module '", name, "' is null");
+  ZDL_CHECK(child.get() != this, type_name_, ": a module cannot be its own child");
+  child->rename_tree(full_prefix_ + name + ".");
+  children_.emplace_back(name, child);
+}
+
+void Module::rename_tree(const std::string& prefix) {
+  auto rename = [&](NamedTensors& list) {
+    for (auto& [local, t] : list) {
+      // Rename only tensors named by this module's registration (a tied weight keeps the
+      // name of the module that created it).
+      if (t.name().empty() || t.name() == full_prefix_ + local) {
+        t.set_name(prefix + local);
+        t.storage()->set_label(prefix + local);
+      }
+    }
+  };
+  rename(params_);
+  rename(buffers_);
+  full_prefix_ = prefix;
+  for (auto& [name, child] : children_) child->rename_tree(prefix + name + ".");
+}
+
+void Module::collect_parameters(const std::string& prefix, NamedTensors& out, std::vector<const TensorImpl*>& seen,
+                                bool recurse) const {
+  for (const auto& [local, t] : params_) {
+    if (std::find(seen.begin(), seen.end(), t.impl()) != seen.end()) continue;
+    seen.push_back(t.impl());
+    out.emplace_back(prefix + local, t);
+  }
+  if (!recurse) return;
+  for (const auto& [name, child] : children_) child->collect_parameters(prefix + name + ".", out, seen, true);
+}
+
+NamedTensors Module::named_parameters(bool recurse) const {
+  NamedTensors out;
+  std::vector<const TensorImpl*> seen;
+  collect_parameters("", out, seen, recurse);
+  return out;
+}
+
+TensorList Module::parameters(bool recurse) const {
+  TensorList out;
+  for (auto& [n, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+
+NamedTensors Module::named_buffers(bool recurse) const {
+  NamedTensors out;
+  for (const auto& [local, t] : buffers_) out.emplace_back(local, t);
+  if (recurse)
+    for (const auto& [name, child] : children_)
+      for (auto& [n, t] : child->named_buffers(true)) out.emplace_back(name + "." + n, t);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules(bool include_self) const {
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+  if (include_self) out.emplace_back("", std::const_pointer_cast<Module>(shared_from_this()));
+  for (const auto& [name, child] : children_) {
+    out.emplace_back(name, child);
+    for (auto& [n, m] : child->named_modules(false)) out.emplace_back(name + "." + n, m);
+  }
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (auto& [name, t] : named_parameters()) n += t.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+NamedTensors Module::state_dict() const {
+  NamedTensors out = named_parameters();
+  for (auto& kv : named_buffers()) out.push_back(kv);
+  return out;
+}
+
+void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
+  NamedTensors mine = state_dict();
+  std::vector<std::string> missing, unexpected, mis_shaped;
+  std::set<std::string> known;
+  for (auto& [name, t] : mine) {
+    known.insert(name);
+    auto it = state.find(name);
+    if (it == state.end()) {
+      missing.push_back(name);
+    } else if (!it->second.defined() || it->second.shape() != t.shape()) {
+      mis_shaped.push_back(name + " (expected " + shape_str(t.shape()) + ", got " +
+                           (it->second.defined() ? shape_str(it->second.shape()) : std::string("undefined")) + ")");
+    }
+  }
+  for (auto& [name, t] : state)
+    if (!known.count(name)) unexpected.push_back(name);
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+    return s;
+  };
+  bool bad = !mis_shaped.empty() || (strict && (!missing.empty() || !unexpected.empty()));
+  ZDL_CHECK(!bad, type_name_, ".load_state_dict: ", missing.empty() ? "" : "missing: " + join(missing) + "; ",
+            unexpected.empty() || !strict ? "" : "unexpected: " + join(unexpected) + "; ",
+            mis_shaped.empty() ? "" : "wrong shape: " + join(mis_shaped) + "; ", "nothing was loaded");
+  NoGradGuard ng;
+  for (auto& [name, t] : mine) {
+    auto it = state.find(name);
+    if (it != state.end()) t.copy_(it->second);
+  }
+}
+
+void Module::zero_grad() {
+  for (auto& [name, t] : named_parameters()) t.set_grad(Tensor());
+}
+
+Tensor Module::forward(const Tensor& x) {
+  ZDL_CHECK(false, type_name_, " has no single-tensor forward; call its own forward signature");
+  return x;
+}
+
+Tensor Module::operator()(const Tensor& x) {
+  return call({x}, [this](const TensorList& in) { return TensorList{forward(in[0])}; })[0];
+}
+
+void Module::register_post_backward_hook(BackwardHook h) {
+  post_bwd_.push_back(std::move(h));
+  if (post_state_) return;
+  post_state_ = std::make_shared<PostBackwardState>();
+  std::weak_ptr<PostBackwardState> weak = post_state_;
+  for (auto& [name, p] : named_parameters()) {
+    if (!p.requires_grad()) continue;
+    ++post_state_->expected;
+    p.register_post_accumulate_grad_hook([this, weak](Tensor&) {
+      auto st = weak.lock();
+      if (!st || !st->armed) return;
+      if (--st->remaining == 0) {
+        st->armed = false;
+        for (auto& hook : post_bwd_) hook(*this);
+      }
+    });
+  }
+}
+
+void Module::arm_post_backward() {
+  if (!post_state_) return;
+  post_state_->armed = true;
+  post_state_->remaining = post_state_->expected;
+  post_state_->callback_queued = false;
+}
+
+TensorList Module::call(const TensorList& inputs, const std::function<TensorList(const TensorList&)>& body) {
+  for (auto& h : fwd_pre_) h(*this, inputs);
+  TensorList outputs = body(inputs);
+  for (auto& h : fwd_post_) h(*this, inputs, outputs);
+  if (!grad_enabled() || (bwd_pre_.empty() && post_bwd_.empty())) return outputs;
+  arm_post_backward();
+  // The first gradient to reach any output fires the backward pre-hooks, and queues the
+  // end-of-backward check that fires post-backward hooks for parameters that got no gradient.
+  auto fired = std::make_shared<bool>(false);
+  std::weak_ptr<PostBackwardState> weak = post_state_;
+  for (const Tensor& out : outputs) {
+    if (!out.defined() || !out.requires_grad()) continue;
+    out.register_hook([this, fired, weak](const Tensor&) {
+      if (*fired) return Tensor();
+      *fired = true;
+      for (auto& h : bwd_pre_) h(*this);
+      if (auto st = weak.lock(); st && !st->callback_queued) {
+        st->callback_queued = true;
+        autograd::queue_callback([this, weak] {
+          auto s = weak.lock();
+          if (!s || !s->armed) return;
+          s->armed = false;
+          for (auto& hook : post_bwd_) hook(*this);
+        });
+      }
+      return Tensor();
+    });
+  }
+  return outputs;
+}
+
+void Module::to_string_impl(std::string& out, const std::string& name, int depth) const {
+  std::string indent(static_cast<size_t>(depth) * 2, ' ');
+  out += indent + (name.empty() ? "" : "(" + name + "): ") + type_name_ + "(" + extra_repr() + ")";
+  int64_t own = 0;
+  for (auto& [n, t] : params_) own += t.numel();
+  int64_t total = 0;
+  for (auto& [n, t] : named_parameters()) total += t.numel();
+  if (children_.empty()) {
+    for (auto& [n, t] : params_) out += " " + n + shape_str(t.shape());
+    out += "\n";
+    return;
+  }
+  out += detail::str("  [", total, " params]\n");
+  for (auto& [n, t] : params_) out += indent + "  " + n + shape_str(t.shape()) + "\n";
+  for (auto& [n, child] : children_) child->to_string_impl(out, n, depth + 1);
+}
+
+std::string Module::to_string() const {
+  std::string out;
+  to_string_impl(out, "", 0);
+  return out;
+}
+
+}  // namespace zdl::nn

@@ -1,0 +1,169 @@
+// Module: registration rules, names, state dicts, printing, and the hooks ZeRO relies on.
+#include <gtest/gtest.h>
+
+#include "nn/gpt.h"
+#include "nn/parameter_factory.h"
+
+namespace zdl::nn {
+
+namespace {
+
+// The example from nn/module.h: a user's model in a few lines.
+struct TwoLayer : Module {
+  std::shared_ptr<Linear> fc1, fc2;
+  TwoLayer() : Module("TwoLayer") {
+    fc1 = register_module("fc1", std::make_shared<Linear>(8, 16));
+    fc2 = register_module("fc2", std::make_shared<Linear>(16, 1));
+  }
+  Tensor forward(const Tensor& x) override { return (*fc2)(gelu((*fc1)(x))); }
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Module, NamesAreDottedAndInRegistrationOrder) {
+  auto m = std::make_shared<TwoLayer>();
+  auto named = m->named_parameters();
+  std::vector<std::string> names;
+  for (auto& [n, t] : named) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}));
+  EXPECT_EQ(m->fc1->weight.name(), "fc1.weight");
+  EXPECT_EQ(m->fc1->weight.storage()->label(), "fc1.weight");
+  EXPECT_EQ(m->num_parameters(), 8 * 16 + 16 + 16 + 1);
+  auto mods = m->named_modules();
+  ASSERT_EQ(mods.size(), 3u);
+  EXPECT_EQ(mods[1].first, "fc1");
+  EXPECT_NE(m->to_string().find("(fc2): Linear(in=16, out=1, bias=true)"), std::string::npos) << m->to_string();
+}
+
+TEST(Module, RejectsBadNames) {
+  Module m("M");
+  EXPECT_NE(error_of([&] { m.register_parameter("", {2}, Init::zeros()); }).find("empty"), std::string::npos);
+  EXPECT_NE(error_of([&] { m.register_parameter("a.b", {2}, Init::zeros()); }).find("'a.b'"), std::string::npos);
+  m.register_parameter("w", {2}, Init::zeros());
+  EXPECT_NE(error_of([&] { m.register_buffer("w", Tensor::zeros({1})); }).find("already"), std::string::npos);
+  EXPECT_NE(error_of([&] { m.register_module("x.y", std::make_shared<Module>()); }).find("'x.y'"), std::string::npos);
+}
+
+TEST(Module, StateDictRoundTripAndStrictErrorsNameEverything) {
+  auto a = std::make_shared<TwoLayer>();
+  auto b = std::make_shared<TwoLayer>();
+  std::map<std::string, Tensor> sd;
+  for (auto& [n, t] : a->state_dict()) sd[n] = t;
+  b->load_state_dict(sd);
+  EXPECT_EQ(b->fc1->weight.to_vector(), a->fc1->weight.to_vector());
+
+  auto bad = sd;
+  bad.erase("fc1.bias");
+  bad["extra.weight"] = Tensor::zeros({1});
+  bad["fc2.weight"] = Tensor::zeros({2, 16});
+  auto before = b->fc1->weight.to_vector();
+  std::string msg = error_of([&] { b->load_state_dict(bad); });
+  EXPECT_NE(msg.find("missing: fc1.bias"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unexpected: extra.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("fc2.weight (expected [1,16], got [2,16])"), std::string::npos) << msg;
+  EXPECT_EQ(b->fc1->weight.to_vector(), before);  // nothing loaded
+}
+
+TEST(Module, TrainEvalPropagates) {
+  auto m = std::make_shared<TwoLayer>();
+  m->eval();
+  EXPECT_FALSE(m->fc1->is_training());
+  m->train();
+  EXPECT_TRUE(m->fc2->is_training());
+}
+
+TEST(Module, InitIsDeterministicPerContextAndShardable) {
+  GPTConfig cfg{.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 6};
+  std::shared_ptr<GPT> a, b;
+  {
+    InitContext ctx(5);
+    a = std::make_shared<GPT>(cfg);
+  }
+  {
+    InitContext ctx(5);
+    b = std::make_shared<GPT>(cfg);
+  }
+  auto pa = a->named_parameters(), pb = b->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(pa[i].second.to_vector(), pb[i].second.to_vector()) << pa[i].first;
+  // A slice of a parameter can be initialized alone (what a ZeRO-3 rank does for its shard).
+  Tensor w = a->h[1]->mlp->c_fc->weight;  // (4C, C)
+  auto full = w.to_vector();
+  Tensor shard = Tensor::empty({10});
+  // Streams are assigned in registration order, which named_parameters() preserves.
+  uint64_t stream = 0;
+  for (auto& [n, t] : a->named_parameters()) {
+    if (n == "h.1.mlp.c_fc.weight") break;
+    ++stream;
+  }
+  init_elements(Init::normal(0.0, 0.02), 5, stream, 7, shard);
+  auto s = shard.to_vector();
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(s[i], full[7 + i]) << i;
+}
+
+TEST(Module, HooksFireInOrderAndPostBackwardOncePerPass) {
+  auto m = std::make_shared<TwoLayer>();
+  std::vector<std::string> events;
+  for (auto& [name, mod] : m->named_modules(false)) {
+    std::string n = name;
+    mod->register_forward_pre_hook([&events, n](Module&, const TensorList&) { events.push_back("pre " + n); });
+    mod->register_forward_post_hook(
+        [&events, n](Module&, const TensorList&, const TensorList&) { events.push_back("post " + n); });
+    mod->register_backward_pre_hook([&events, n](Module&) { events.push_back("bwd_pre " + n); });
+    mod->register_post_backward_hook([&events, n, mod](Module&) {
+      // All of this module's gradients are complete when it fires.
+      for (auto& p : mod->parameters()) EXPECT_TRUE(p.grad().defined());
+      events.push_back("post_bwd " + n);
+    });
+  }
+  Tensor x = Tensor::randn({5, 8}, 1);
+  Tensor loss = sum((*m)(x));
+  loss.backward();
+  EXPECT_EQ(events, (std::vector<std::string>{"pre fc1", "post fc1", "pre fc2", "post fc2", "bwd_pre fc2",
+                                              "post_bwd fc2", "bwd_pre fc1", "post_bwd fc1"}));
+  // A second pass (gradient accumulation) fires each hook again, once.
+  events.clear();
+  sum((*m)(x)).backward();
+  EXPECT_EQ(std::count(events.begin(), events.end(), "post_bwd fc1"), 1);
+}
+
+TEST(Module, PostBackwardWaitsForTiedWeightAndFiresForUnusedParameters) {
+  GPTConfig cfg{.vocab_size = 13, .block_size = 8, .n_layer = 1, .n_head = 1, .n_embd = 4};
+  auto gpt = std::make_shared<GPT>(cfg);
+  int root_calls = 0;
+  bool wte_ready = false;
+  gpt->register_post_backward_hook([&](Module&) {
+    ++root_calls;
+    wte_ready = gpt->wte->weight.grad().defined();
+  });
+  // Unused module: registered hooks but never called in forward -> never armed, never fires;
+  // a module called whose parameter gets no gradient still fires at the end of backward.
+  struct Partial : Module {
+    Tensor used, unused;
+    Partial() : Module("Partial") {
+      used = register_parameter("used", {3}, Init::ones());
+      unused = register_parameter("unused", {3}, Init::ones());
+    }
+    Tensor forward(const Tensor& x) override { return mul(x, used); }
+  };
+  auto p = std::make_shared<Partial>();
+  int partial_calls = 0;
+  p->register_post_backward_hook([&](Module&) { ++partial_calls; });
+  Tensor ids = Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, {2, 3}, DType::I64);
+  Tensor loss = add(gpt->loss(ids, ids), sum((*p)(Tensor::ones({3}))));
+  loss.backward();
+  EXPECT_EQ(root_calls, 1);
+  EXPECT_TRUE(wte_ready);
+  EXPECT_EQ(partial_calls, 1);
+}
+
+}  // namespace zdl::nn
