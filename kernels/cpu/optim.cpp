@@ -1,0 +1,62 @@
+#include "kernels/cpu/optim.h"
+
+#include <cmath>
+
+#include "kernels/cpu/parallel.h"
+
+namespace zdl::kernels::cpu {
+
+template <class T>
+void adamw_update(int64_t n, T* param, const T* grad, opt_state_t<T>* m, opt_state_t<T>* v, const AdamWParams& h,
+                  double grad_scale) {
+  const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(h.step));
+  const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(h.step));
+  // Math in the parameter's precision class: f32 for f32/bf16 masters, f64 for f64 checks.
+  using A = opt_state_t<T>;
+  const A b1 = static_cast<A>(h.beta1), b2 = static_cast<A>(h.beta2), eps = static_cast<A>(h.eps);
+  const A lr = static_cast<A>(h.lr), wd = static_cast<A>(h.weight_decay), gs = static_cast<A>(grad_scale);
+  const A inv_bc1 = static_cast<A>(1.0 / bc1), inv_sqrt_bc2 = static_cast<A>(1.0 / std::sqrt(bc2));
+  parallel_for(n, 8, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i) {
+      A g = static_cast<A>(grad[i]) * gs;
+      A mi = b1 * static_cast<A>(m[i]) + (1 - b1) * g;
+      A vi = b2 * static_cast<A>(v[i]) + (1 - b2) * g * g;
+      m[i] = mi;
+      v[i] = vi;
+      A p = static_cast<A>(param[i]);
+      A update = (mi * inv_bc1) / (std::sqrt(vi) * inv_sqrt_bc2 + eps) + wd * p;
+      param[i] = static_cast<T>(p - lr * update);
+    }
+  });
+}
+
+template <class T>
+void sgd_update(int64_t n, T* param, const T* grad, opt_state_t<T>* buf, double lr, double momentum, double weight_decay,
+                double grad_scale) {
+  parallel_for(n, 4, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      double g = static_cast<double>(grad[i]) * grad_scale + weight_decay * static_cast<double>(param[i]);
+      double b = momentum > 0 ? momentum * buf[i] + g : g;
+      if (momentum > 0) buf[i] = static_cast<opt_state_t<T>>(b);
+      param[i] = static_cast<T>(static_cast<double>(param[i]) - lr * b);
+    }
+  });
+}
+
+template <class T>
+double sum_squares(int64_t n, const T* x) {
+  double total = 0.0;
+#pragma omp parallel for reduction(+ : total) if (worth_parallel(n))
+  for (int64_t i = 0; i < n; ++i) total += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return total;
+}
+
+template void adamw_update<float>(int64_t, float*, const float*, float*, float*, const AdamWParams&, double);
+template void adamw_update<double>(int64_t, double*, const double*, double*, double*, const AdamWParams&, double);
+template void sgd_update<float>(int64_t, float*, const float*, float*, double, double, double, double);
+template void sgd_update<double>(int64_t, double*, const double*, double*, double, double, double, double);
+template double sum_squares<float>(int64_t, const float*);
+template double sum_squares<double>(int64_t, const double*);
+
+}  // namespace zdl::kernels::cpu

@@ -1,0 +1,141 @@
+#include "optim/optimizer.h"
+
+#include <map>
+
+#include "autograd/grad_mode.h"
+#include "kernels/cpu/optim.h"
+
+namespace zdl::optim {
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
+  ZDL_CHECK(!groups_.empty(), "optimizer: no parameter groups given");
+  for (auto& g : groups_) {
+    std::vector<int64_t> offs;
+    int64_t at = 0;
+    for (auto& p : g.params) {
+      check_defined(p, "optimizer", "param");
+      ZDL_CHECK(p.is_leaf() && p.requires_grad(), "optimizer: parameter '", p.name(),
+                "' must be a leaf that requires grad");
+      ZDL_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::F64, "optimizer: parameter '", p.name(),
+                "' has dtype ", dtype_name(p.dtype()), "; masters must be f32 (or f64 for checks)");
+      ZDL_CHECK(p.dtype() == g.params[0].dtype(), "optimizer: group '", g.name, "' mixes dtypes");
+      offs.push_back(at);
+      at += p.numel();
+    }
+    offsets_.push_back(std::move(offs));
+    flat_.emplace_back();
+  }
+}
+
+void Optimizer::add_state_kind(const std::string& kind) {
+  MemoryScope scope(MemoryCategory::OptimizerState);
+  kinds_.push_back(kind);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    int64_t n = 0;
+    for (auto& p : groups_[g].params) n += p.numel();
+    DType t = groups_[g].params.empty() ? DType::F32 : groups_[g].params[0].dtype();
+    Device d = groups_[g].params.empty() ? Device::cpu() : groups_[g].params[0].device();
+    flat_[g].push_back(Tensor::zeros({n}, t, d));
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (auto& g : groups_)
+    for (auto& p : g.params) p.set_grad(Tensor());
+}
+
+NamedTensors Optimizer::state() const {
+  NamedTensors out;
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& p = groups_[g].params[i];
+      for (size_t k = 0; k < kinds_.size(); ++k) {
+        Tensor flat = flat_[g][k];
+        Tensor view = Tensor::from_storage(flat.storage(), p.shape(), contiguous_strides(p.shape()),
+                                           offsets_[g][i], flat.dtype());
+        out.emplace_back(p.name() + "." + kinds_[k], view);
+      }
+    }
+  out.emplace_back("step", Tensor::scalar(static_cast<double>(step_), DType::I64));
+  return out;
+}
+
+void Optimizer::load_state(const NamedTensors& state) {
+  std::map<std::string, Tensor> by_name(state.begin(), state.end());
+  auto mine = this->state();
+  std::string missing;
+  for (auto& [name, t] : mine) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      missing += (missing.empty() ? "" : ", ") + name;
+      continue;
+    }
+    ZDL_CHECK(it->second.shape() == t.shape(), "optimizer state '", name, "': expected shape=", shape_str(t.shape()),
+              ", got shape=", shape_str(it->second.shape()));
+  }
+  ZDL_CHECK(missing.empty(), "optimizer state is missing: ", missing);
+  NoGradGuard ng;
+  for (auto& [name, t] : mine) {
+    if (name == "step") step_ = static_cast<int64_t>(by_name[name].item());
+    else t.copy_(by_name[name]);
+  }
+}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o) : Optimizer(std::move(groups)), options(o) {
+  ZDL_CHECK(o.lr >= 0 && o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1 && o.eps > 0,
+            "AdamW: bad hyperparameters lr=", o.lr, " beta1=", o.beta1, " beta2=", o.beta2, " eps=", o.eps);
+  lr_ = o.lr;
+  add_state_kind("exp_avg");
+  add_state_kind("exp_avg_sq");
+}
+
+void AdamW::step(double grad_scale) {
+  NoGradGuard ng;
+  ++step_;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    kernels::cpu::AdamWParams h{lr_, options.beta1, options.beta2, options.eps, groups_[g].weight_decay, step_};
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& p = groups_[g].params[i];
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      ZDL_CHECK(p.device().is_cpu(), "AdamW: parameter '", p.name(), "' is on ", p.device().str(),
+                "; the CPU optimizer needs CPU parameters");
+      if (!grad.is_contiguous()) grad = grad.contiguous_copy();
+      int64_t off = offset_of(g, i);
+      ZDL_DISPATCH_FLOAT(p.dtype(), "AdamW", [&](auto tag) {
+        using T = decltype(tag);
+        using S = kernels::cpu::opt_state_t<T>;
+        kernels::cpu::adamw_update<T>(p.numel(), p.data<T>(), grad.data<T>(), flat_state(g, 0).data<S>() + off,
+                                      flat_state(g, 1).data<S>() + off, h, grad_scale);
+      });
+    }
+  }
+}
+
+SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& o) : Optimizer(std::move(groups)), options(o) {
+  ZDL_CHECK(o.lr >= 0 && o.momentum >= 0, "SGD: bad hyperparameters lr=", o.lr, " momentum=", o.momentum);
+  lr_ = o.lr;
+  add_state_kind("momentum");
+}
+
+void SGD::step(double grad_scale) {
+  NoGradGuard ng;
+  ++step_;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& p = groups_[g].params[i];
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      if (!grad.is_contiguous()) grad = grad.contiguous_copy();
+      int64_t off = offset_of(g, i);
+      ZDL_DISPATCH_FLOAT(p.dtype(), "SGD", [&](auto tag) {
+        using T = decltype(tag);
+        using S = kernels::cpu::opt_state_t<T>;
+        kernels::cpu::sgd_update<T>(p.numel(), p.data<T>(), grad.data<T>(), flat_state(g, 0).data<S>() + off, lr_,
+                                    options.momentum, groups_[g].weight_decay, grad_scale);
+      });
+    }
+  }
+}
+
+}  // namespace zdl::optim
