@@ -1,6 +1,9 @@
 #include "kernels/cpu/gelu.h"
 
+#include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cpu/parallel.h"
 
@@ -9,16 +12,37 @@ namespace zdl::kernels::cpu {
 namespace {
 constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2/pi)
 constexpr double kGeluCube = 0.044715;
+constexpr int64_t kBlock = 512;
+
+// t[i] = tanh(k (x[i] + c x[i]^3)) for a block. libm's tanhf does not vectorize and was a
+// sixth of a small GPT's training step; Eigen's float tanh is a vectorized rational
+// approximation (max error a few ulp). f64 keeps std::tanh, for gradient checks.
+template <class T>
+void tanh_inner(int64_t n, const T* x, T* t) {
+  const T k = static_cast<T>(kGeluScale), c = static_cast<T>(kGeluCube);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) t[i] = k * (x[i] + c * x[i] * x[i] * x[i]);
+  if constexpr (std::is_same_v<T, float>) {
+    Eigen::Map<Eigen::ArrayXf> a(t, n);
+    a = a.tanh();
+  } else {
+    for (int64_t i = 0; i < n; ++i) t[i] = std::tanh(t[i]);
+  }
+}
 }  // namespace
 
 template <class T>
 void gelu_forward(int64_t n, const T* x, T* out) {
   const T k = static_cast<T>(kGeluScale), c = static_cast<T>(kGeluCube);
+  (void)k;
+  (void)c;
   parallel_for(n, 8, [&](int64_t lo, int64_t hi) {
+    alignas(64) T t[kBlock];
+    for (int64_t b = lo; b < hi; b += kBlock) {
+      int64_t m = std::min(kBlock, hi - b);
+      tanh_inner(m, x + b, t);
 #pragma omp simd
-    for (int64_t i = lo; i < hi; ++i) {
-      T v = x[i];
-      out[i] = T(0.5) * v * (T(1) + std::tanh(k * (v + c * v * v * v)));
+      for (int64_t i = 0; i < m; ++i) out[b + i] = T(0.5) * x[b + i] * (T(1) + t[i]);
     }
   });
 }
@@ -27,13 +51,17 @@ template <class T>
 void gelu_backward(int64_t n, const T* x, const T* dout, T* dx) {
   const T k = static_cast<T>(kGeluScale), c = static_cast<T>(kGeluCube);
   parallel_for(n, 8, [&](int64_t lo, int64_t hi) {
+    alignas(64) T tb[kBlock];
+    for (int64_t b = lo; b < hi; b += kBlock) {
+      int64_t m = std::min(kBlock, hi - b);
+      tanh_inner(m, x + b, tb);
 #pragma omp simd
-    for (int64_t i = lo; i < hi; ++i) {
-      // u = k (x + c x^3), t = tanh(u):  gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)
-      T v = x[i];
-      T t = std::tanh(k * (v + c * v * v * v));
-      T local = T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * k * (T(1) + T(3) * c * v * v);
-      dx[i] = dout[i] * local;
+      for (int64_t i = 0; i < m; ++i) {
+        // u = k (x + c x^3), t = tanh(u):  gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)
+        T v = x[b + i], t = tb[i];
+        T local = T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * k * (T(1) + T(3) * c * v * v);
+        dx[b + i] = dout[b + i] * local;
+      }
     }
   });
 }

@@ -1,0 +1,125 @@
+// TokenDataset; see token_dataset.h for the choices.
+#include "data/token_dataset.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/rng.h"
+
+namespace zdl::data {
+
+const char* split_name(Split s) { return s == Split::Train ? "train" : "val"; }
+
+std::string DataFingerprint::to_string() const {
+  char hex[32];
+  std::snprintf(hex, sizeof(hex), "0x%016llx", static_cast<unsigned long long>(fnv1a));
+  return detail::str("size=", size, " fnv1a=", hex);
+}
+
+uint64_t fnv1a64(const uint8_t* data, size_t n, uint64_t hash) {
+  for (size_t i = 0; i < n; ++i) {
+    hash ^= data[i];
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+TokenDataset::TokenDataset(const std::string& path, const TokenDatasetOptions& opts)
+    : file_(path), opts_(opts) {
+  const int64_t B = opts_.batch_size, T = opts_.seq_len, N = opts_.world_size;
+  ZDL_CHECK(B >= 1 && T >= 1, "TokenDataset '", path, "': batch_size and seq_len must be >= 1, got B=", B, " T=", T);
+  ZDL_CHECK(N >= 1 && opts_.rank >= 0 && opts_.rank < N, "TokenDataset '", path, "': rank ", opts_.rank,
+            " is outside world_size ", N);
+  ZDL_CHECK(B % N == 0, "[rank ", opts_.rank, "/", N, "] TokenDataset '", path, "': global batch_size ", B,
+            " is not divisible by world_size ", N, "; choose a batch size that is a multiple of ", N,
+            " (each rank takes B/N rows)");
+  ZDL_CHECK(opts_.val_fraction >= 0.0 && opts_.val_fraction < 1.0, "TokenDataset '", path,
+            "': val_fraction must be in [0, 1), got ", opts_.val_fraction);
+  const int64_t n = file_.size();
+  const int64_t n_val = static_cast<int64_t>(std::floor(static_cast<double>(n) * opts_.val_fraction));
+  train_size_ = n - n_val;
+  const int64_t need = B * T + 1;
+  ZDL_CHECK(train_size_ >= need, "TokenDataset '", path, "': train split has ", train_size_, " tokens (file ", n,
+            " tokens, val_fraction ", opts_.val_fraction, ") but one batch needs B*T+1 = ", B, "*", T,
+            "+1 = ", need, "; use a larger file or a smaller batch_size / seq_len");
+  ZDL_CHECK(opts_.val_fraction == 0.0 || n_val >= need, "TokenDataset '", path, "': val split has ", n_val,
+            " tokens (file ", n, " tokens, val_fraction ", opts_.val_fraction, ") but one batch needs B*T+1 = ", B,
+            "*", T, "+1 = ", need, "; use a larger file, a larger val_fraction, or a smaller batch_size / seq_len");
+}
+
+void TokenDataset::check_split(Split s, const char* what) const {
+  ZDL_CHECK(split_size(s) > 0, "TokenDataset '", path(), "': ", what, " of the ", split_name(s),
+            " split, which is empty (val_fraction = ", opts_.val_fraction, ")");
+}
+
+void TokenDataset::set_position(int64_t batches) {
+  ZDL_CHECK(batches >= 0, "TokenDataset::set_position: position must be >= 0, got ", batches);
+  position_ = batches;
+}
+
+Batch TokenDataset::next_batch() { return random_batch(Split::Train, position_++); }
+
+std::vector<int64_t> TokenDataset::window_starts(Split split, int64_t index) const {
+  check_split(split, "random batch");
+  ZDL_CHECK(index >= 0, "TokenDataset: batch index must be >= 0, got ", index);
+  const int64_t B = opts_.batch_size, T = opts_.seq_len;
+  // A window [start, start + T + 1) fits for start in [0, size - T - 1]: size - T choices.
+  // 64 random bits mod a count < 2^40 has a negligible bias (< 2^-24).
+  const uint64_t choices = static_cast<uint64_t>(split_size(split) - T);
+  std::vector<int64_t> starts(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    const uint64_t stream = (static_cast<uint64_t>(split) << 32) | static_cast<uint64_t>(b);
+    auto r = Philox::block(opts_.seed, stream, static_cast<uint64_t>(index));
+    const uint64_t bits = (static_cast<uint64_t>(r[1]) << 32) | r[0];
+    starts[static_cast<size_t>(b)] = split_begin(split) + static_cast<int64_t>(bits % choices);
+  }
+  return starts;
+}
+
+Batch TokenDataset::random_batch(Split split, int64_t index) const { return gather(window_starts(split, index)); }
+
+int64_t TokenDataset::num_eval_batches(Split split) const {
+  return split_size(split) > 0 ? (split_size(split) - 1) / (opts_.batch_size * opts_.seq_len) : 0;
+}
+
+Batch TokenDataset::eval_batch(Split split, int64_t index) const {
+  check_split(split, "eval batch");
+  const int64_t B = opts_.batch_size, T = opts_.seq_len;
+  const int64_t count = num_eval_batches(split);
+  ZDL_CHECK(index >= 0 && index < count, "TokenDataset '", path(), "': eval batch ", index, " is out of range; the ",
+            split_name(split), " split (", split_size(split), " tokens) holds ", count, " batches of B*T = ", B, "*",
+            T);
+  std::vector<int64_t> starts(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) starts[static_cast<size_t>(b)] = split_begin(split) + index * B * T + b * T;
+  return gather(starts);
+}
+
+Batch TokenDataset::gather(const std::vector<int64_t>& global_starts) const {
+  const int64_t T = opts_.seq_len, rows = local_batch_size();
+  const int64_t first = opts_.rank * rows;
+  Batch batch{Tensor::empty({rows, T}, DType::I64), Tensor::empty({rows, T}, DType::I64)};
+  int64_t* x = batch.inputs.data<int64_t>();
+  int64_t* y = batch.targets.data<int64_t>();
+  const uint8_t* bytes = file_.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* w = bytes + global_starts[static_cast<size_t>(first + r)];
+    for (int64_t t = 0; t < T; ++t) {
+      x[r * T + t] = w[t];
+      y[r * T + t] = w[t + 1];
+    }
+  }
+  return batch;
+}
+
+DataFingerprint TokenDataset::fingerprint() const {
+  return {file_.size(), fnv1a64(file_.data(), static_cast<size_t>(file_.size()))};
+}
+
+void TokenDataset::expect_fingerprint(const DataFingerprint& expected) const {
+  const DataFingerprint now = fingerprint();
+  ZDL_CHECK(now == expected, "TokenDataset: data file '", path(), "' changed since the checkpoint: expected ",
+            expected.to_string(), ", found ", now.to_string(),
+            "; resume with the original file or start a fresh run");
+}
+
+}  // namespace zdl::data
