@@ -3,6 +3,10 @@ option(ZDL_BUILD_TESTS "Build the GoogleTest suite" ON)
 option(ZDL_NATIVE "Optimize for the building machine's CPU (-march=native)" ON)
 
 set(ZDL_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  # `#pragma omp simd` on loops clang already handles its own way is not worth a warning.
+  list(APPEND ZDL_WARNINGS -Wno-pass-failed)
+endif()
 set(ZDL_ARCH_FLAGS "")
 if(ZDL_NATIVE)
   include(CheckCXXCompilerFlag)

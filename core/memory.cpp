@@ -9,7 +9,9 @@ namespace zdl {
 const char* category_name(MemoryCategory c) {
   switch (c) {
     case MemoryCategory::Parameter: return "param";
+    case MemoryCategory::ParameterShard: return "param_shard";
     case MemoryCategory::Gradient: return "grad";
+    case MemoryCategory::GradientShard: return "grad_shard";
     case MemoryCategory::OptimizerState: return "optim";
     case MemoryCategory::Activation: return "activation";
     case MemoryCategory::CommBuffer: return "comm";

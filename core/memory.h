@@ -19,15 +19,19 @@
 
 namespace zdl {
 
+// Model states come in full and shard flavours so a ZeRO run can show both: under ZeRO-3 the
+// persistent parameter bytes are ParameterShard and the gathered units are Parameter.
 enum class MemoryCategory : uint8_t {
-  Parameter,
-  Gradient,
-  OptimizerState,
+  Parameter,       // full (gathered or unsharded) parameters
+  ParameterShard,  // this rank's slice of sharded parameters
+  Gradient,        // full gradients
+  GradientShard,   // this rank's slice of reduced gradients
+  OptimizerState,  // optimizer moments and f32 master weights of a mixed-precision run
   Activation,
   CommBuffer,
   Workspace,
 };
-constexpr int kNumMemoryCategories = 6;
+constexpr int kNumMemoryCategories = 8;
 
 const char* category_name(MemoryCategory c);
 

@@ -16,6 +16,10 @@ StorageImpl::StorageImpl(size_t nbytes, Device device, MemoryCategory category)
   }
 }
 
+std::shared_ptr<StorageImpl> StorageImpl::make_released(size_t nbytes, Device device, MemoryCategory category) {
+  return std::shared_ptr<StorageImpl>(new StorageImpl(ReleasedTag{}, nbytes, device, category));
+}
+
 StorageImpl::~StorageImpl() { release(); }
 
 void* StorageImpl::data() const {

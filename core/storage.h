@@ -19,6 +19,8 @@ class StorageImpl {
  public:
   // Allocates `nbytes` on `device`, accounted under `category`.
   StorageImpl(size_t nbytes, Device device, MemoryCategory category);
+  // A storage of `nbytes` that starts released (no bytes yet): placed first, materialized later.
+  static std::shared_ptr<StorageImpl> make_released(size_t nbytes, Device device, MemoryCategory category);
   ~StorageImpl();
   StorageImpl(const StorageImpl&) = delete;
   StorageImpl& operator=(const StorageImpl&) = delete;
@@ -43,10 +45,14 @@ class StorageImpl {
   // A name for error messages, e.g. "h.3.attn.c_attn.weight".
   void set_label(std::string label) { label_ = std::move(label); }
   const std::string& label() const { return label_; }
+  const std::string& release_hint() const { return release_hint_; }
   // Extra advice appended to the released-storage error (the ZeRO manager sets it).
   void set_release_hint(std::string hint) { release_hint_ = std::move(hint); }
 
  private:
+  struct ReleasedTag {};
+  StorageImpl(ReleasedTag, size_t nbytes, Device device, MemoryCategory category)
+      : nbytes_(nbytes), device_(device), category_(category), released_(true) {}
   size_t nbytes_;
   Device device_;
   MemoryCategory category_;

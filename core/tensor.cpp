@@ -244,6 +244,12 @@ std::string Tensor::label_suffix() const {
 
 void* Tensor::raw_data() const {
   const TensorImpl* t = checked();
+  if (t->storage->is_released() && !t->name.empty()) {
+    const std::string& hint = t->storage->release_hint();
+    throw Error(detail::str("tensor '", t->name, "' (shape=", shape_str(t->shape), ") has no bytes: its storage",
+                t->storage->label().empty() ? "" : " '" + t->storage->label() + "'", " is released",
+                hint.empty() ? "" : "; " + hint));
+  }
   char* base = static_cast<char*>(t->storage->data());
   return base + t->offset * static_cast<int64_t>(element_size(t->dtype));
 }

@@ -6,8 +6,17 @@
 
 namespace zdl::kernels::cpu {
 
-template <class T>
-void adamw_update(int64_t n, T* param, const T* grad, opt_state_t<T>* m, opt_state_t<T>* v, const AdamWParams& h,
+namespace {
+// Widens a value for arithmetic: bf16 through float, everything else directly.
+template <class A, class G>
+inline A widen(G x) {
+  if constexpr (std::is_same_v<G, BFloat16>) return static_cast<A>(static_cast<float>(x));
+  else return static_cast<A>(x);
+}
+}  // namespace
+
+template <class T, class G>
+void adamw_update(int64_t n, T* param, const G* grad, opt_state_t<T>* m, opt_state_t<T>* v, const AdamWParams& h,
                   double grad_scale) {
   const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(h.step));
   const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(h.step));
@@ -19,7 +28,7 @@ void adamw_update(int64_t n, T* param, const T* grad, opt_state_t<T>* m, opt_sta
   parallel_for(n, 8, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
     for (int64_t i = lo; i < hi; ++i) {
-      A g = static_cast<A>(grad[i]) * gs;
+      A g = widen<A>(grad[i]) * gs;
       A mi = b1 * static_cast<A>(m[i]) + (1 - b1) * g;
       A vi = b2 * static_cast<A>(v[i]) + (1 - b2) * g * g;
       m[i] = mi;
@@ -48,15 +57,22 @@ template <class T>
 double sum_squares(int64_t n, const T* x) {
   double total = 0.0;
 #pragma omp parallel for reduction(+ : total) if (worth_parallel(n))
-  for (int64_t i = 0; i < n; ++i) total += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    double v = widen<double>(x[i]);
+    total += v * v;
+  }
   return total;
 }
 
-template void adamw_update<float>(int64_t, float*, const float*, float*, float*, const AdamWParams&, double);
-template void adamw_update<double>(int64_t, double*, const double*, double*, double*, const AdamWParams&, double);
+template void adamw_update<float, float>(int64_t, float*, const float*, float*, float*, const AdamWParams&, double);
+template void adamw_update<float, BFloat16>(int64_t, float*, const BFloat16*, float*, float*, const AdamWParams&,
+                                            double);
+template void adamw_update<double, double>(int64_t, double*, const double*, double*, double*, const AdamWParams&,
+                                           double);
 template void sgd_update<float>(int64_t, float*, const float*, float*, double, double, double, double);
 template void sgd_update<double>(int64_t, double*, const double*, double*, double, double, double, double);
 template double sum_squares<float>(int64_t, const float*);
 template double sum_squares<double>(int64_t, const double*);
+template double sum_squares<BFloat16>(int64_t, const BFloat16*);
 
 }  // namespace zdl::kernels::cpu

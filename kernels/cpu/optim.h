@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/dtype.h"
+
 namespace zdl::kernels::cpu {
 
 struct AdamWParams {
@@ -23,8 +25,9 @@ using opt_state_t = std::conditional_t<std::is_same_v<T, double>, double, float>
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd p )
 // `grad_scale` multiplies g first (gradient clipping folded into the update).
-template <class T>
-void adamw_update(int64_t n, T* param, const T* grad, opt_state_t<T>* m, opt_state_t<T>* v, const AdamWParams& h,
+// G is the gradient type: T itself, or bf16 gradients of a mixed-precision run (T = f32 master).
+template <class T, class G = T>
+void adamw_update(int64_t n, T* param, const G* grad, opt_state_t<T>* m, opt_state_t<T>* v, const AdamWParams& h,
                   double grad_scale);
 
 // SGD with momentum (PyTorch's form): buf = mu buf + g (+ wd p); p -= lr buf.

@@ -13,8 +13,9 @@ int64_t peak(MemoryCategory c) { return memory_ledger().stats(Device::cpu()).pea
 
 TEST(MemoryLedger, CountsEveryCategoryExactly) {
   memory_ledger().reset_peaks(Device::cpu());
-  const MemoryCategory cats[] = {MemoryCategory::Parameter, MemoryCategory::Gradient, MemoryCategory::OptimizerState,
-                                 MemoryCategory::Activation, MemoryCategory::CommBuffer, MemoryCategory::Workspace};
+  const MemoryCategory cats[] = {MemoryCategory::Parameter,  MemoryCategory::ParameterShard, MemoryCategory::Gradient,
+                                 MemoryCategory::GradientShard, MemoryCategory::OptimizerState, MemoryCategory::Activation,
+                                 MemoryCategory::CommBuffer, MemoryCategory::Workspace};
   int64_t base[kNumMemoryCategories];
   for (int i = 0; i < kNumMemoryCategories; ++i) base[i] = cur(cats[i]);
   std::vector<Tensor> keep;

@@ -1,0 +1,201 @@
+// matmul and linear, each forward next to its backward, on the gemm kernels of
+// kernels/cpu/matmul.h.
+//
+// Operands are handed to the kernels as stacks of matrices (`Mats`): a pointer, a leading
+// dimension, a batch stride and a transpose flag. A transposed view (w.t(), k.transpose(-1,-2))
+// maps onto the flag, so it is read in place; only layouts the flag cannot express
+// (neither rows nor columns unit-stride, or batch dims that do not collapse to one stride)
+// are copied. Backward multiplies by transposes the same way, with no copies:
+//   C = A B   =>   dA = dC B^T,   dB = A^T dC.
+// When b is 2-D (shared by every batch), a's leading dims are folded into its rows, so the
+// forward and both gradients are single large GEMMs ([B*M, K] @ [K, N]); dB = A^T dC then sums
+// over the batch inside the GEMM's K loop instead of through a separate reduction.
+#include <algorithm>
+#include <utility>
+
+#include "autograd/node.h"
+#include "autograd/ops.h"
+#include "autograd/ops/op_checks.h"
+#include "kernels/cpu/matmul.h"
+
+namespace zdl {
+
+using autograd::TensorList;
+using namespace ops_detail;
+
+namespace {
+
+// `batch` matrices of [rows, cols] as the gemm kernels read them: matrix i starts at element
+// i * batch_stride of t's view and is row-major with leading dimension ld, or, when trans,
+// stored as its row-major transpose. Holds the tensor (not a pointer): the bytes are read
+// from its Storage when the kernel runs (DESIGN.md mechanism 1).
+struct Mats {
+  Tensor t;
+  int64_t batch = 1, rows = 0, cols = 0;
+  bool trans = false;
+  int64_t ld = 1, batch_stride = 0;
+
+  // The same bytes read as the stack of transposes (no copy).
+  Mats transposed() const {
+    Mats m = *this;
+    std::swap(m.rows, m.cols);
+    m.trans = !trans;
+    return m;
+  }
+};
+
+// Collapses dims [lo, hi) of t into one (size, stride) when the layout allows (size-1 dims
+// are free); false when they do not form one uniform stride.
+bool collapse_dims(const Tensor& t, int64_t lo, int64_t hi, int64_t& size, int64_t& stride) {
+  size = 1;
+  stride = 0;
+  bool first = true;
+  for (int64_t d = hi - 1; d >= lo; --d) {
+    int64_t n = t.shape()[d];
+    if (n == 1) continue;
+    if (first) {
+      stride = t.strides()[d];
+      first = false;
+    } else if (t.strides()[d] != stride * size) {
+      return false;
+    }
+    size *= n;
+  }
+  return true;
+}
+
+// Reads t [..., R, C] as matrices. fold: every leading dim joins the rows (one matrix of
+// [prod(...)*R, C]); otherwise the leading dims are the batch. Copies to a contiguous tensor
+// only when the layout cannot be expressed.
+Mats as_mats(const Tensor& t, bool fold) {
+  const int64_t nd = t.dim();
+  Mats m;
+  m.t = t;
+  m.cols = t.shape()[nd - 1];
+  bool ok;
+  int64_t rs;  // row stride
+  if (fold) {
+    ok = collapse_dims(t, 0, nd - 1, m.rows, rs);
+  } else {
+    ok = collapse_dims(t, 0, nd - 2, m.batch, m.batch_stride);
+    m.rows = t.shape()[nd - 2];
+    rs = t.strides()[nd - 2];
+  }
+  const int64_t cs = t.strides()[nd - 1];
+  if (t.numel() == 0) {  // nothing is read; any valid description will do
+    m.trans = false;
+    m.ld = std::max<int64_t>(m.cols, 1);
+    m.batch_stride = m.rows * m.cols;
+    return m;
+  }
+  if (ok && (m.cols == 1 || cs == 1) && (m.rows == 1 || rs >= m.cols)) {
+    m.trans = false;
+    m.ld = m.rows == 1 ? m.cols : rs;
+  } else if (ok && (m.rows == 1 || rs == 1) && (m.cols == 1 || cs >= m.rows)) {
+    m.trans = true;
+    m.ld = m.cols == 1 ? m.rows : cs;
+  } else {
+    return as_mats(t.contiguous_copy(), fold);
+  }
+  return m;
+}
+
+// out (+)= op(a) op(b), batched; out is a fresh contiguous tensor of batch * M * N elements.
+void gemm_into(const Tensor& out, const Mats& a, const Mats& b, bool accumulate, const char* op) {
+  ZDL_CHECK(a.cols == b.rows && a.batch == b.batch && out.numel() == a.batch * a.rows * b.cols, op,
+            ": internal shape error [", a.batch, ",", a.rows, ",", a.cols, "] @ [", b.batch, ",", b.rows, ",", b.cols,
+            "] -> ", shape_str(out.shape()));
+  if (out.numel() == 0) return;
+  if (a.cols == 0) {  // empty inner dimension: the product is zero
+    if (!accumulate) out.zero_();
+    return;
+  }
+  const int64_t M = a.rows, N = b.cols;
+  ZDL_DISPATCH_FLOAT(out.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::gemm_batched<T>(a.batch, M, N, a.cols, a.trans, a.t.data<T>(), a.ld, a.batch_stride, b.trans,
+                                  b.t.data<T>(), b.ld, b.batch_stride, out.data<T>(), N, M * N, accumulate);
+  });
+}
+
+Tensor product(const Shape& shape, const Mats& a, const Mats& b, const char* op) {
+  Tensor out = Tensor::empty(shape, a.t.dtype(), a.t.device());
+  gemm_into(out, a, b, /*accumulate=*/false, op);
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_float_args("matmul", {&a, &b});
+  check_cpu("matmul", a);
+  ZDL_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: expected a [..., M, K] and b [..., K, N] with at least 2 dims, got a.shape=",
+            shape_str(a.shape()), " b.shape=", shape_str(b.shape()));
+  ZDL_CHECK(a.size(-1) == b.size(-2), "matmul: inner dimensions differ: a.shape=", shape_str(a.shape()), " has K=",
+            a.size(-1), " but b.shape=", shape_str(b.shape()), " has K=", b.size(-2), " (a [..., M, K] @ b [..., K, N])");
+  // b 2-D: one matrix shared by every batch, so a's leading dims fold into its rows.
+  const bool fold = b.dim() == 2;
+  ZDL_CHECK(fold || (b.dim() == a.dim() && std::equal(a.shape().begin(), a.shape().end() - 2, b.shape().begin())),
+            "matmul: b must be 2-D or have the same leading dims as a, got a.shape=", shape_str(a.shape()),
+            " b.shape=", shape_str(b.shape()));
+
+  Mats A = as_mats(a.detach(), fold), B = as_mats(b.detach(), fold);
+  Shape out_shape = a.shape();
+  out_shape.back() = b.size(-1);
+  Tensor out = product(out_shape, A, B, "matmul");
+
+  // dA = dC B^T, dB = A^T dC (with fold, A^T dC sums over the batch folded into K).
+  const bool ga = a.requires_grad(), gb = b.requires_grad();
+  return autograd::record("matmul", {a, b}, out, [A, B, fold, ga, gb, sa = a.shape(), sb = b.shape()](const TensorList& g) {
+    Mats G = as_mats(g[0], fold);
+    return TensorList{ga ? product(sa, G, B.transposed(), "matmul backward") : Tensor(),
+                      gb ? product(sb, A.transposed(), G, "matmul backward") : Tensor()};
+  });
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const bool has_bias = bias.defined();
+  if (has_bias) check_float_args("linear", {&x, &weight, &bias});
+  else check_float_args("linear", {&x, &weight});
+  check_cpu("linear", x);
+  ZDL_CHECK(weight.dim() == 2, "linear: weight must be 2-D [out, in], got weight.shape=", shape_str(weight.shape()));
+  ZDL_CHECK(x.dim() >= 1, "linear: x must have at least 1 dim [..., in], got x.shape=", shape_str(x.shape()));
+  const int64_t in = weight.size(1), out_features = weight.size(0);
+  ZDL_CHECK(x.size(-1) == in, "linear: in_features ", in, " != x.size(-1) ", x.size(-1), ", x.shape=",
+            shape_str(x.shape()), " weight.shape=", shape_str(weight.shape()));
+  if (has_bias)
+    ZDL_CHECK(bias.dim() == 1 && bias.size(0) == out_features, "linear: bias must be [out]=[", out_features,
+              "], got bias.shape=", shape_str(bias.shape()), " (weight.shape=", shape_str(weight.shape()), ")");
+
+  // y[BT, out] = x[BT, in] @ W^T  (+ bias in every row: written first, then the GEMM adds onto it).
+  Mats X = as_mats(x.detach(), /*fold=*/true), W = as_mats(weight.detach(), /*fold=*/false);
+  Shape out_shape = x.shape();
+  out_shape.back() = out_features;
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  if (has_bias && y.numel() > 0) {
+    Tensor bc = bias.is_contiguous() ? bias : bias.contiguous_copy();
+    ZDL_DISPATCH_FLOAT(x.dtype(), "linear", [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cpu::fill_rows<T>(X.rows, out_features, bc.data<T>(), y.data<T>());
+    });
+  }
+  gemm_into(y, X, W.transposed(), /*accumulate=*/has_bias, "linear");
+
+  // dx = dy W, dW = dy^T x (sums over the folded batch), dbias = column sums of dy.
+  const bool gx = x.requires_grad(), gw = weight.requires_grad(), gbias = has_bias && bias.requires_grad();
+  return autograd::record(
+      "linear", {x, weight, bias}, y,
+      [X, W, gx, gw, gbias, sx = x.shape(), sw = weight.shape()](const TensorList& g) {
+        Mats G = as_mats(g[0], /*fold=*/true);
+        Tensor db;
+        if (gbias) {
+          std::vector<int64_t> rows(static_cast<size_t>(g[0].dim() - 1));
+          for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+          db = rows.empty() ? g[0].contiguous_copy() : sum(g[0], rows);
+        }
+        return TensorList{gx ? product(sx, G, W, "linear backward") : Tensor(),
+                          gw ? product(sw, G.transposed(), X, "linear backward") : Tensor(), db};
+      });
+}
+
+}  // namespace zdl

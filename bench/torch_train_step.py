@@ -1,0 +1,84 @@
+"""The same GPT-2-style model and step as bench/train_step_bench.cpp, in PyTorch (CPU, f32).
+
+Tied LM head, pre-LN blocks, tanh-GELU, causal attention (SDPA when available), AdamW with
+decay on matrices only. Prints one line in the same format as the C++ benchmark.
+"""
+import argparse
+import math
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, C, H):
+        super().__init__()
+        self.H = H
+        self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        self.c_attn, self.c_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        self.c_fc, self.mlp_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
+        if hasattr(F, "scaled_dot_product_attention"):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
+            mask = torch.ones(T, T, dtype=torch.bool).tril()
+            y = att.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+        x = x + self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, V, T, L, H, C):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
+        self.h = nn.ModuleList(Block(C, H) for _ in range(L))
+        self.ln_f = nn.LayerNorm(C)
+
+    def forward(self, idx, targets):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1)))
+        for b in self.h:
+            x = b(x)
+        logits = self.ln_f(x) @ self.wte.weight.t()
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    for k, v in dict(layers=4, heads=4, embd=256, seq=128, batch=8, vocab=256, steps=20, warmup=3, threads=2).items():
+        p.add_argument("--" + k, type=int, default=v)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(1)
+    model = GPT(a.vocab, a.seq, a.layers, a.heads, a.embd)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
+    times = []
+    for s in range(a.warmup + a.steps):
+        ids = torch.randint(0, a.vocab, (a.batch, a.seq + 1))
+        x, y = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+        t0 = time.perf_counter()
+        loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        lv = loss.item()
+        t1 = time.perf_counter()
+        if s >= a.warmup:
+            times.append((t1 - t0) * 1000)
+    times.sort()
+    med = times[len(times) // 2]
+    n = sum(p.numel() for p in model.parameters())
+    print(f"torch params={n} step_ms={med:.2f} tokens_per_s={a.batch * a.seq / (med / 1000):.0f} loss={lv:.4f}")
+
+
+if __name__ == "__main__":
+    main()

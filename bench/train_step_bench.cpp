@@ -1,0 +1,65 @@
+// Training throughput of a fixed small GPT on the CPU: forward + backward + AdamW per step,
+// random tokens, f32. Prints one machine-readable line; bench/run_train_step.sh puts it next
+// to the same model in PyTorch (bench/torch_train_step.py) measured in the same run.
+//
+//   train_step_bench [--layers 4 --heads 4 --embd 256 --seq 128 --batch 8 --vocab 256 --steps 20 --warmup 3]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "nn/gpt.h"
+#include "nn/parameter_factory.h"
+#include "optim/optimizer.h"
+#include "optim/param_groups.h"
+
+using namespace zdl;
+
+int main(int argc, char** argv) {
+  int64_t L = 4, H = 4, C = 256, T = 128, B = 8, V = 256, steps = 20, warmup = 3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    int64_t v = std::atoll(argv[i + 1]);
+    if (k == "--layers") L = v;
+    else if (k == "--heads") H = v;
+    else if (k == "--embd") C = v;
+    else if (k == "--seq") T = v;
+    else if (k == "--batch") B = v;
+    else if (k == "--vocab") V = v;
+    else if (k == "--steps") steps = v;
+    else if (k == "--warmup") warmup = v;
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
+      return 2;
+    }
+  }
+  nn::GPTConfig cfg{.vocab_size = V, .block_size = T, .n_layer = L, .n_head = H, .n_embd = C};
+  std::shared_ptr<nn::GPT> model;
+  {
+    nn::InitContext ctx(1);
+    model = std::make_shared<nn::GPT>(cfg);
+  }
+  optim::AdamW opt(optim::decay_groups(*model, 0.1), {.lr = 3e-4});
+  std::vector<double> ms;
+  double loss = 0;
+  for (int64_t s = 0; s < warmup + steps; ++s) {
+    Tensor ids = Tensor::rand({B, T + 1}, 100 + s, DType::F32, Device::cpu(), 0, 0, V).to(DType::I64);
+    Tensor x = contiguous(slice(ids, 1, 0, T)), y = contiguous(slice(ids, 1, 1, T + 1));
+    auto t0 = std::chrono::steady_clock::now();
+    Tensor l = model->loss(x, y);
+    l.backward();
+    opt.step();
+    opt.zero_grad();
+    loss = l.item();
+    auto t1 = std::chrono::steady_clock::now();
+    if (s >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  double med = ms[ms.size() / 2];
+  std::printf("zerodl params=%lld step_ms=%.2f tokens_per_s=%.0f loss=%.4f\n",
+              static_cast<long long>(model->num_parameters()), med, B * T / (med / 1000.0), loss);
+  return 0;
+}

@@ -1,0 +1,79 @@
+// Counts every byte a collective moves, by kind and by phase of the training step, so a
+// step's traffic can be put next to the ZeRO paper's closed forms (DESIGN.md mechanism 5).
+//
+// Two numbers per collective: `payload` = the bytes of the full logical buffer (what the
+// paper calls Psi * element size for a whole-model collective), and `wire` = the bytes this
+// rank sends on a ring implementation: all-gather and reduce-scatter (N-1)/N * payload,
+// all-reduce 2 (N-1)/N * payload, broadcast payload on the root, 0 elsewhere (integer
+// arithmetic: payload * (N-1) / N, so with N = 1 nothing goes on the wire, broadcast included).
+// Payload per kind: all-gather the OUTPUT (N blocks), reduce-scatter the INPUT (N blocks),
+// all-reduce and broadcast the tensor. Host-side metadata (all_gather_i64) is not recorded;
+// all_reduce_sum is an all-reduce of 8 bytes.
+//
+//   { dist::CommPhaseScope p(dist::CommPhase::ForwardGather); comm.all_gather(shard, full); }
+//   dist::comm_ledger().stats(CollectiveKind::AllGather, CommPhase::ForwardGather).payload_bytes
+#pragma once
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+namespace zdl::dist {
+
+enum class CollectiveKind : uint8_t { AllReduce, ReduceScatter, AllGather, Broadcast };
+constexpr int kNumCollectiveKinds = 4;
+const char* collective_name(CollectiveKind k);  // "all_reduce", "reduce_scatter", ...
+
+enum class CommPhase : uint8_t {
+  ForwardGather,   // ZeRO-3 parameter all-gather before a unit's forward
+  BackwardGather,  // ZeRO-3 parameter all-gather before a unit's backward
+  GradReduce,      // gradient all-reduce / reduce-scatter after a unit's backward
+  PostStepGather,  // ZeRO-1/2 parameter all-gather after the optimizer step
+  Other,           // everything else (norms, checks, checkpoint traffic, user calls)
+};
+constexpr int kNumCommPhases = 5;
+const char* phase_name(CommPhase p);  // "forward_gather", ...
+
+struct CommStats {
+  int64_t calls = 0;
+  int64_t payload_bytes = 0;
+  int64_t wire_bytes = 0;
+};
+
+class CommLedger {
+ public:
+  void record(CollectiveKind kind, CommPhase phase, int64_t payload_bytes, int64_t wire_bytes);
+  CommStats stats(CollectiveKind kind, CommPhase phase) const;
+  CommStats total() const;
+  // All phases of one kind.
+  CommStats total(CollectiveKind kind) const;
+  void reset();
+
+ private:
+  mutable std::mutex mu_;
+  std::array<std::array<CommStats, kNumCommPhases>, kNumCollectiveKinds> stats_{};
+};
+
+// Process-wide ledger (one per rank).
+CommLedger& comm_ledger();
+
+// This rank's wire bytes for one collective on a ring of `world_size` ranks (the rule above).
+int64_t ring_wire_bytes(CollectiveKind kind, int64_t payload_bytes, int world_size, bool is_root = false);
+// Records one collective under the calling thread's phase, wire bytes by ring_wire_bytes.
+// Backends call it on the issuing thread (the phase is thread-local).
+void record_collective(CollectiveKind kind, int64_t payload_bytes, int world_size, bool is_root = false);
+
+// The phase collectives issued on this thread are recorded under (default: Other).
+CommPhase current_comm_phase();
+class CommPhaseScope {
+ public:
+  explicit CommPhaseScope(CommPhase p);
+  ~CommPhaseScope();
+  CommPhaseScope(const CommPhaseScope&) = delete;
+  CommPhaseScope& operator=(const CommPhaseScope&) = delete;
+
+ private:
+  CommPhase prev_;
+};
+
+}  // namespace zdl::dist

@@ -1,0 +1,112 @@
+// Communicator basics shared by the backends (timeout, checks, error prefix) and init(), which
+// picks the backend: LocalCommunicator without a launcher, MPI under mpirun, NCCL over MPI for
+// CUDA devices in the CUDA build.
+#include "dist/communicator.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include "dist/local_communicator.h"
+#include "dist/mpi_communicator.h"
+#ifdef ZDL_WITH_CUDA
+#include "dist/nccl_communicator.h"
+#endif
+
+extern char** environ;
+
+namespace zdl::dist {
+
+namespace {
+
+std::chrono::milliseconds default_timeout() {
+  const char* env = std::getenv("ZDL_COLLECTIVE_TIMEOUT_S");
+  if (env == nullptr || *env == '\0') return std::chrono::milliseconds(300'000);
+  char* end = nullptr;
+  double s = std::strtod(env, &end);
+  ZDL_CHECK(end != env && *end == '\0' && s > 0, "ZDL_COLLECTIVE_TIMEOUT_S='", env,
+            "' is not a positive number of seconds (e.g. 300 or 0.5)");
+  return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(s * 1000.0 + 0.5)));
+}
+
+}  // namespace
+
+Communicator::Communicator(Device device) : device_(device), timeout_(default_timeout()) {}
+
+std::string Communicator::prefix() const {
+  return "[rank " + std::to_string(rank()) + "/" + std::to_string(size()) + "]";
+}
+
+void Communicator::check_collective(const char* op, const Tensor& a, const Tensor& b, int64_t a_blocks,
+                                    int64_t b_blocks) const {
+  const std::string p = prefix();
+  ZDL_CHECK(a.defined() && b.defined(), p, " ", op, ": undefined tensor");
+  for (const Tensor* t : {&a, &b}) {
+    const char* which = t == &a ? "input" : "output";
+    ZDL_CHECK(t->is_contiguous(), p, " ", op, ": ", which, " must be contiguous, got shape=", shape_str(t->shape()),
+              " strides=", shape_str(t->strides()), " (call contiguous_copy())");
+    ZDL_CHECK(accepts_device(t->device()), p, " ", op, ": ", which, " is on ", t->device().str(), " but the ",
+              backend(), " communicator serves ", device().str());
+  }
+  ZDL_CHECK(a.dtype() == b.dtype(), p, " ", op, ": input dtype ", dtype_name(a.dtype()), " != output dtype ",
+            dtype_name(b.dtype()));
+  ZDL_CHECK(a.device() == b.device(), p, " ", op, ": input on ", a.device().str(), " != output on ",
+            b.device().str());
+  // a holds a_blocks blocks, b holds b_blocks blocks of the same size.
+  ZDL_CHECK(a.numel() * b_blocks == b.numel() * a_blocks, p, " ", op, ": input has ", a.numel(),
+            " elements, output has ", b.numel(), " elements; expected input = ", a_blocks, " block(s) and output = ",
+            b_blocks, " block(s) of one size (N=", size(), "), input shape=", shape_str(a.shape()),
+            " output shape=", shape_str(b.shape()));
+  ZDL_CHECK(a.numel() % a_blocks == 0, p, " ", op, ": input has ", a.numel(), " elements, not a multiple of ",
+            a_blocks, " blocks (pad the buffer to a multiple of N=", size(), ")");
+}
+
+bool launched_by_mpi() {
+  for (const char* v : {"PMI_RANK", "PMI_SIZE", "PMIX_RANK", "PMI_FD", "OMPI_COMM_WORLD_SIZE",
+                        "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"}) {
+    const char* e = std::getenv(v);
+    if (e != nullptr && *e != '\0') return true;
+  }
+  // MPICH's Hydra (HYDRA_*, HYDI_*) and other launchers' own variables.
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view kv(*e);
+    if (kv.starts_with("HYDRA_") || kv.starts_with("HYDI_") || kv.starts_with("PMIX_")) return true;
+  }
+  return false;
+}
+
+std::shared_ptr<Communicator> init(const InitOptions& options) {
+  const std::string& b = options.backend;
+  ZDL_CHECK(b == "auto" || b == "local" || b == "mpi" || b == "nccl", "dist::init: unknown backend '", b,
+            "' (use auto, local, mpi or nccl)");
+  const Device dev = options.device;
+  if (dev.is_cuda()) {
+    ZDL_CHECK(cuda_available(), "dist::init: device ", dev.str(),
+              " requested but no CUDA device is visible (or this build has no CUDA support)");
+  }
+  const bool launched = launched_by_mpi();
+  if (b == "local" || (b == "auto" && !launched)) return std::make_shared<LocalCommunicator>(dev);
+  if (b == "nccl") {
+#ifdef ZDL_WITH_CUDA
+    ZDL_CHECK(dev.is_cuda(), "dist::init: backend nccl needs a CUDA device, got ", dev.str());
+    // Without a launcher the NCCL communicator has one rank and needs no MPI.
+    std::shared_ptr<Communicator> host;
+    if (launched) host = std::make_shared<MpiCommunicator>(dev);
+    else host = std::make_shared<LocalCommunicator>(dev);
+    return std::make_shared<NcclCommunicator>(std::move(host));
+#else
+    throw Error("dist::init: backend nccl requested but this zerodl build has no CUDA/NCCL support "
+                "(configure with -DZDL_CUDA=ON)");
+#endif
+  }
+  auto mpi = std::make_shared<MpiCommunicator>(dev);
+#ifdef ZDL_WITH_CUDA
+  // auto: NCCL for CUDA tensors across ranks (the MPI communicator bootstraps it and carries
+  // its host-side helpers); one rank needs no NCCL.
+  if (b == "auto" && dev.is_cuda() && mpi->size() > 1) return std::make_shared<NcclCommunicator>(mpi);
+#endif
+  return mpi;
+}
+
+}  // namespace zdl::dist

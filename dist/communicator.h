@@ -1,0 +1,142 @@
+// dist::Communicator: the collectives zerodl's partition manager needs, on real libraries
+// (DESIGN.md mechanism 5). Backends, one per file:
+//   LocalCommunicator  world size 1, no launcher, no library calls (collectives are copies)
+//   MpiCommunicator    MPI (MPICH or OpenMPI); CPU tensors, CUDA tensors staged through
+//                      pinned host memory
+//   NcclCommunicator   NCCL on CUDA tensors, on its own stream; ncclUniqueId broadcast over MPI
+//                      (CUDA build only)
+//
+// Semantics: tensors are contiguous and on the communicator's device (the MPI backend also
+// takes CPU tensors); dtypes f32, f64, bf16, f16, i32, i64; reductions are sums
+// (callers divide); all_gather / reduce_scatter use equal blocks (output / input holds N
+// blocks, rank r's block at r). Async variants return a Work handle; the tensors must stay
+// alive until wait() returns (the handle keeps them alive; their storage must not be released
+// before then). Every collective records its bytes in the CommLedger under the thread's
+// CommPhase. A wait that does not complete within the timeout throws a zdl::Error (the
+// watchdog) instead of hanging. Every error message starts with "[rank r/N]".
+//
+// [Note: watchdog] A collective that some rank never joins cannot be cancelled: MPI has no way
+// to abandon a started collective, and NCCL only by aborting the whole communicator. The
+// watchdog therefore reports instead of recovering. The work stays pending (it completes, and
+// a later wait() succeeds, if the missing ranks join late), but a job whose ranks diverged is
+// usually lost: catch the error at the top level, print it, and call abort_job(1), which ends
+// every rank (MPI_Abort) instead of leaving them blocked.
+//
+// [Note: ordering] Every rank must issue the same collectives in the same order on a
+// communicator (as in MPI and NCCL). The MPI backend runs them, in issue order, on one
+// communication thread per communicator, so async collectives progress while the caller
+// computes; host-side helpers (barrier, all_gather_i64, all_reduce_sum) go through the same
+// queue. Issue a communicator's collectives from one thread (their order must not depend on
+// thread timing). A collective stuck after a watchdog error holds up the ones queued behind it.
+// init() is itself collective: every rank calls it the same number of times, and each call
+// returns a new communicator (its own MPI communicator and thread).
+//
+//   auto comm = dist::init();                         // world size 1 without mpirun
+//   comm->all_reduce(grad);                           // in place, sum
+//   auto work = comm->all_gather_async(shard, full);  // overlap: do something, then
+//   work->wait();
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "dist/comm_ledger.h"
+
+namespace zdl::dist {
+
+// Completion handle of an async collective.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until done; throws on failure or after the communicator's timeout (watchdog).
+  virtual void wait() = 0;
+  // Non-blocking check.
+  virtual bool done() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Rank among the processes on this host (selects the GPU).
+  virtual int local_rank() const = 0;
+  virtual std::string backend() const = 0;  // "local", "mpi", "nccl"
+  // The device the communicator serves: CPU, or this rank's GPU.
+  Device device() const { return device_; }
+  // "[rank r/N]", the prefix of every dist/ error message.
+  std::string prefix() const;
+
+  // In place: t = sum over ranks of t.
+  virtual std::shared_ptr<Work> all_reduce_async(const Tensor& t) = 0;
+  // input: N * n elements; output: n elements = sum over ranks of input block `rank`.
+  virtual std::shared_ptr<Work> reduce_scatter_async(const Tensor& input, const Tensor& output) = 0;
+  // input: n elements; output: N * n elements, block r = rank r's input. input may alias
+  // output's own block (in-place all-gather).
+  virtual std::shared_ptr<Work> all_gather_async(const Tensor& input, const Tensor& output) = 0;
+  virtual std::shared_ptr<Work> broadcast_async(const Tensor& t, int root) = 0;
+  // Blocks until every rank reached it (host-side; with NCCL it does not order GPU work).
+  virtual void barrier() = 0;
+
+  // Host-side metadata exchange (not counted in the ledger): every rank's value, in rank order.
+  // Used for divergence checks and small agreements (e.g. "did any rank see a NaN").
+  virtual std::vector<int64_t> all_gather_i64(int64_t value) = 0;
+  // Sum of one double over ranks (gradient-norm squares, losses); not counted as model traffic
+  // but recorded under CollectiveKind::AllReduce / current phase with its 8 bytes.
+  virtual double all_reduce_sum(double value) = 0;
+
+  void all_reduce(const Tensor& t) { all_reduce_async(t)->wait(); }
+  void reduce_scatter(const Tensor& input, const Tensor& output) { reduce_scatter_async(input, output)->wait(); }
+  void all_gather(const Tensor& input, const Tensor& output) { all_gather_async(input, output)->wait(); }
+  void broadcast(const Tensor& t, int root) { broadcast_async(t, root)->wait(); }
+
+  // Watchdog: how long wait() may block before it throws (default 300 s; env
+  // ZDL_COLLECTIVE_TIMEOUT_S overrides the default). A collective's timeout is taken when it
+  // is issued.
+  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+ protected:
+  // Timeout from ZDL_COLLECTIVE_TIMEOUT_S (seconds, may be fractional) or 300 s.
+  explicit Communicator(Device device = Device::cpu());
+  // Checks definedness, contiguity, dtype and device of a collective's tensors a (input) and b
+  // (output), and that a holds a_blocks and b holds b_blocks blocks of one common block size
+  // (reduce_scatter: a_blocks = N, b_blocks = 1); throws with the prefix and both sizes.
+  void check_collective(const char* op, const Tensor& a, const Tensor& b, int64_t a_blocks, int64_t b_blocks) const;
+  // Whether a collective may run on tensors on `d` (default: only device()).
+  virtual bool accepts_device(Device d) const { return d == device_; }
+  // For backends that learn their GPU only after the base is built (by local rank).
+  void set_device(Device d) { device_ = d; }
+
+ private:
+  Device device_;
+  std::chrono::milliseconds timeout_;
+};
+
+struct InitOptions {
+  Device device = Device::cpu();  // CUDA: one GPU per rank by local rank
+  // auto: nccl for CUDA with >1 rank and NCCL built, else mpi under a launcher, else local.
+  // "local": size 1 always; "mpi": MPI even without a launcher (a singleton of size 1);
+  // "nccl": CUDA build only (without a launcher: one rank, no MPI).
+  std::string backend = "auto";
+};
+
+// Initializes the process group: under mpirun (MPICH's or OpenMPI's) an MPI (or NCCL)
+// communicator over all ranks; without a launcher a LocalCommunicator of size 1. MPI is
+// initialized once (thread level MULTIPLE) and finalized at exit.
+std::shared_ptr<Communicator> init(const InitOptions& options = {});
+
+// True when this process was started by an MPI launcher (PMI/PMIx/OpenMPI environment).
+bool launched_by_mpi();
+
+// Ends the whole job: MPI_Abort(MPI_COMM_WORLD, code) when MPI is running (every rank exits,
+// including ranks blocked in a collective), else std::_Exit(code). For top-level error handling
+// after a watchdog error (see [Note: watchdog]); library code never calls it.
+//   try { train(); } catch (const zdl::Error& e) { std::cerr << e.what() << "\n"; dist::abort_job(1); }
+[[noreturn]] void abort_job(int code);
+
+}  // namespace zdl::dist

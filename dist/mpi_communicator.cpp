@@ -1,0 +1,423 @@
+// MpiCommunicator (see mpi_communicator.h): the process-wide MPI runtime (init/finalize, the
+// bf16/f16 sum ops), the per-communicator communication thread, and the collectives.
+#include "dist/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <atomic>
+#include <climits>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "core/device_copy.h"
+#include "dist/async_work.h"
+#include "dist/cuda_staging.h"
+#include "dist/mpi_check.h"
+
+namespace zdl::dist {
+
+namespace {
+
+// ---- the process-wide MPI runtime ------------------------------------------------------------
+
+// Element-wise sums of 16-bit floats: add in float, round to nearest even on the way back
+// (BFloat16's and Half's conversions). MPI calls them with inout = in + inout.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<const BFloat16*>(in);
+  auto* b = static_cast<BFloat16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = BFloat16(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+}
+
+void f16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<const Half*>(in);
+  auto* b = static_cast<Half*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = Half(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+}
+
+// Initializes MPI on first use and finalizes it at process exit (static destruction), unless MPI
+// was initialized by someone else (then they finalize).
+class MpiRuntime {
+ public:
+  static MpiRuntime& get() {
+    static MpiRuntime runtime;
+    return runtime;
+  }
+
+  int level() const { return level_; }
+  MPI_Op bf16_sum_op() const { return bf16_sum_; }
+  MPI_Op f16_sum_op() const { return f16_sum_; }
+
+  // Below MPI_THREAD_MULTIPLE, MPI calls from different threads must not overlap.
+  std::unique_lock<std::mutex> lock() {
+    return level_ >= MPI_THREAD_MULTIPLE ? std::unique_lock<std::mutex>() : std::unique_lock<std::mutex>(mu_);
+  }
+
+  // A communication thread stuck in a collective (see ~MpiCommunicator): MPI_Finalize would block.
+  void note_stuck_thread() { stuck_threads_.fetch_add(1); }
+
+ private:
+  MpiRuntime() {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    ZDL_CHECK(!finalized, "MPI was already finalized; zerodl cannot use it any more");
+    if (!initialized) {
+      int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &level_);
+      ZDL_CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed: ", mpi_error_string(rc));
+      owner_ = true;
+    } else {
+      ZDL_MPI_CHECK(MPI_Query_thread(&level_));
+    }
+    ZDL_CHECK(level_ >= MPI_THREAD_SERIALIZED, "MPI provides thread level ", level_,
+              " but zerodl needs MPI_THREAD_SERIALIZED (", MPI_THREAD_SERIALIZED, ") or MULTIPLE (",
+              MPI_THREAD_MULTIPLE, ") for its communication thread; use an MPI built with thread support",
+              owner_ ? "" : " (or initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...))");
+    ZDL_MPI_CHECK(MPI_Op_create(&bf16_sum, /*commute=*/1, &bf16_sum_));
+    ZDL_MPI_CHECK(MPI_Op_create(&f16_sum, /*commute=*/1, &f16_sum_));
+  }
+
+  ~MpiRuntime() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;  // whoever initialized MPI already finalized it
+    if (stuck_threads_.load() > 0) {
+      // Finalize would wait for the stuck collective forever; exit without it (the launcher
+      // notices). The caller should have called abort_job() (see [Note: watchdog]).
+      std::cerr << "zerodl: " << stuck_threads_.load()
+                << " MPI communication thread(s) still blocked in a collective at exit; skipping MPI_Finalize\n";
+      return;
+    }
+    MPI_Op_free(&bf16_sum_);
+    MPI_Op_free(&f16_sum_);
+    if (owner_) MPI_Finalize();
+  }
+
+  int level_ = MPI_THREAD_SINGLE;
+  bool owner_ = false;
+  MPI_Op bf16_sum_ = MPI_OP_NULL, f16_sum_ = MPI_OP_NULL;
+  std::mutex mu_;
+  std::atomic<int> stuck_threads_{0};
+};
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    case DType::I32: return MPI_INT32_T;
+    case DType::I64: return MPI_INT64_T;
+    case DType::BF16:
+    case DType::F16: return MPI_UINT16_T;  // raw bits; sums use the user-defined ops
+  }
+  throw Error(detail::str("no MPI datatype for dtype ", dtype_name(t)));
+}
+
+MPI_Op sum_op(DType t) {
+  if (t == DType::BF16) return MpiRuntime::get().bf16_sum_op();
+  if (t == DType::F16) return MpiRuntime::get().f16_sum_op();
+  return MPI_SUM;
+}
+
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+// Host bytes of a tensor for MPI: the tensor's own bytes on the CPU, a pinned copy for CUDA.
+struct HostBytes {
+  char* ptr = nullptr;
+  std::shared_ptr<PinnedBuffer> pinned;  // set when staged
+};
+
+HostBytes host_bytes(const Tensor& t, bool copy_in) {
+  HostBytes h;
+  if (t.device().is_cpu()) {
+    h.ptr = static_cast<char*>(t.raw_data());
+    return h;
+  }
+  h.pinned = std::make_shared<PinnedBuffer>(t.nbytes());
+  h.ptr = static_cast<char*>(h.pinned->data());
+  // On the caller's stream (cudaStreamPerThread), after the kernels that produced t.
+  if (copy_in) copy_bytes(h.ptr, Device::cpu(), t.raw_data(), t.device(), t.nbytes());
+  return h;
+}
+
+// After a staged collective: the result goes back to the GPU on the waiting thread.
+void copy_back_when_done(AsyncWork& w, const Tensor& t, const HostBytes& h) {
+  if (!h.pinned) return;
+  std::shared_ptr<PinnedBuffer> pinned = h.pinned;
+  w.keep_alive(std::static_pointer_cast<void>(pinned));
+  w.set_finisher([t, pinned] { copy_bytes(t.raw_data(), t.device(), pinned->data(), Device::cpu(), t.nbytes()); });
+}
+
+int checked_count(const Communicator& c, const char* op, int64_t n) {
+  ZDL_CHECK(n <= INT_MAX, c.prefix(), " ", op, ": ", n, " elements exceed MPI's int count limit ", INT_MAX,
+            "; split the buffer into smaller units");
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+// ---- the communication thread --------------------------------------------------------------
+
+struct MpiCommunicator::State {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0, size = 1, local_rank = 0;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> queue;
+  bool stop = false;
+  bool exited = false;
+  std::thread thread;
+
+  void run() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return stop || !queue.empty(); });
+        if (queue.empty()) break;  // stop requested and nothing left
+        task = std::move(queue.front());
+        queue.pop_front();
+      }
+      task();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      exited = true;
+    }
+    cv.notify_all();
+  }
+
+  // Runs fn on the communication thread; its exception (an MPI error) fails the work.
+  void submit(const std::shared_ptr<AsyncWork>& work, std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      queue.emplace_back([work, fn = std::move(fn)] {
+        try {
+          auto mpi_lock = MpiRuntime::get().lock();
+          fn();
+        } catch (const std::exception& e) {
+          work->fail(e.what());
+          return;
+        }
+        work->complete();
+      });
+    }
+    cv.notify_all();
+  }
+};
+
+MpiCommunicator::MpiCommunicator(Device device) : Communicator(Device::cpu()), state_(std::make_shared<State>()) {
+  MpiRuntime& rt = MpiRuntime::get();
+  State& s = *state_;
+  {
+    auto lock = rt.lock();
+    ZDL_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &s.comm));
+    ZDL_MPI_CHECK(MPI_Comm_set_errhandler(s.comm, MPI_ERRORS_RETURN));
+    ZDL_MPI_CHECK(MPI_Comm_rank(s.comm, &s.rank));
+    ZDL_MPI_CHECK(MPI_Comm_size(s.comm, &s.size));
+    MPI_Comm node = MPI_COMM_NULL;
+    ZDL_MPI_CHECK(MPI_Comm_split_type(s.comm, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &node));
+    int local_size = 1;
+    ZDL_MPI_CHECK(MPI_Comm_rank(node, &s.local_rank));
+    ZDL_MPI_CHECK(MPI_Comm_size(node, &local_size));
+    ZDL_MPI_CHECK(MPI_Comm_free(&node));
+    if (device.is_cuda()) set_device(select_cuda_device(device, s.local_rank, local_size));
+  }
+  s.thread = std::thread([st = state_] { st->run(); });
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  State& s = *state_;
+  bool exited;
+  {
+    std::unique_lock<std::mutex> lock(s.mu);
+    s.stop = true;
+    s.cv.notify_all();
+    exited = s.cv.wait_for(lock, timeout(), [&] { return s.exited; });
+  }
+  if (!exited) {
+    // Blocked in a collective some rank never joined: it cannot be cancelled. The thread keeps
+    // the state (and the MPI communicator) alive; MPI is not finalized at exit.
+    std::cerr << prefix() << " MpiCommunicator: communication thread still blocked in a collective after "
+              << timeout().count() / 1000.0 << " s; leaving it behind (end the job with dist::abort_job)\n";
+    MpiRuntime::get().note_stuck_thread();
+    s.thread.detach();
+    return;
+  }
+  s.thread.join();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) {
+    auto lock = MpiRuntime::get().lock();
+    MPI_Comm_free(&s.comm);  // nothing to do on failure in a destructor
+  }
+}
+
+int MpiCommunicator::rank() const { return state_->rank; }
+int MpiCommunicator::size() const { return state_->size; }
+int MpiCommunicator::local_rank() const { return state_->local_rank; }
+
+int MpiCommunicator::thread_level() { return MpiRuntime::get().level(); }
+
+std::shared_ptr<Work> MpiCommunicator::all_reduce_async(const Tensor& t) {
+  check_collective("all_reduce", t, t, 1, 1);
+  const int count = checked_count(*this, "all_reduce", t.numel());
+  const int64_t bytes = static_cast<int64_t>(t.nbytes());
+  auto work = std::make_shared<AsyncWork>(prefix(), "all_reduce", bytes, current_comm_phase(), timeout());
+  HostBytes h = host_bytes(t, /*copy_in=*/true);
+  work->keep_alive(t);
+  copy_back_when_done(*work, t, h);
+  record_collective(CollectiveKind::AllReduce, bytes, size());
+  MPI_Datatype type = mpi_type(t.dtype());
+  MPI_Op op = sum_op(t.dtype());
+  MPI_Comm comm = state_->comm;
+  char* p = h.ptr;
+  state_->submit(work, [=] { ZDL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p, count, type, op, comm)); });
+  return work;
+}
+
+std::shared_ptr<Work> MpiCommunicator::reduce_scatter_async(const Tensor& input, const Tensor& output) {
+  check_collective("reduce_scatter", input, output, size(), 1);
+  const int count = checked_count(*this, "reduce_scatter", input.numel());
+  const int block = count / size();
+  const int64_t bytes = static_cast<int64_t>(input.nbytes());
+  auto work = std::make_shared<AsyncWork>(prefix(), "reduce_scatter", bytes, current_comm_phase(), timeout());
+  HostBytes in = host_bytes(input, /*copy_in=*/true);
+  HostBytes out = host_bytes(output, /*copy_in=*/false);
+  work->keep_alive(input);
+  work->keep_alive(output);
+  if (in.pinned) work->keep_alive(std::static_pointer_cast<void>(in.pinned));
+  copy_back_when_done(*work, output, out);
+  // MPI forbids aliased buffers; an output inside the input gets its result through a temporary.
+  std::shared_ptr<std::vector<char>> tmp;
+  if (overlaps(in.ptr, input.nbytes(), out.ptr, output.nbytes())) {
+    tmp = std::make_shared<std::vector<char>>(output.nbytes());
+    work->keep_alive(std::static_pointer_cast<void>(tmp));
+  }
+  record_collective(CollectiveKind::ReduceScatter, bytes, size());
+  MPI_Datatype type = mpi_type(input.dtype());
+  MPI_Op op = sum_op(input.dtype());
+  MPI_Comm comm = state_->comm;
+  char* src = in.ptr;
+  char* dst = out.ptr;
+  const size_t out_bytes = output.nbytes();
+  state_->submit(work, [=] {
+    ZDL_MPI_CHECK(MPI_Reduce_scatter_block(src, tmp ? tmp->data() : dst, block, type, op, comm));
+    if (tmp) std::memcpy(dst, tmp->data(), out_bytes);
+  });
+  return work;
+}
+
+std::shared_ptr<Work> MpiCommunicator::all_gather_async(const Tensor& input, const Tensor& output) {
+  check_collective("all_gather", input, output, 1, size());
+  const int total = checked_count(*this, "all_gather", output.numel());
+  const int block = total / size();
+  const int64_t bytes = static_cast<int64_t>(output.nbytes());
+  const size_t block_bytes = input.nbytes();
+  auto work = std::make_shared<AsyncWork>(prefix(), "all_gather", bytes, current_comm_phase(), timeout());
+  work->keep_alive(input);
+  work->keep_alive(output);
+  HostBytes out = host_bytes(output, /*copy_in=*/false);
+  copy_back_when_done(*work, output, out);
+  char* own_block = out.ptr + static_cast<size_t>(rank()) * block_bytes;
+  // In place whenever possible: this rank's block of the (host) output holds its input.
+  bool in_place;
+  const char* src = nullptr;
+  if (out.pinned) {
+    if (block_bytes) copy_bytes(own_block, Device::cpu(), input.raw_data(), input.device(), block_bytes);
+    in_place = true;
+  } else {
+    src = static_cast<const char*>(input.raw_data());
+    in_place = src == own_block;
+    if (!in_place && overlaps(src, block_bytes, out.ptr, output.nbytes())) {
+      std::memmove(own_block, src, block_bytes);  // input inside the output, not at its own block
+      in_place = true;
+    }
+  }
+  record_collective(CollectiveKind::AllGather, bytes, size());
+  MPI_Datatype type = mpi_type(input.dtype());
+  MPI_Comm comm = state_->comm;
+  char* dst = out.ptr;
+  state_->submit(work, [=] {
+    if (in_place) ZDL_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, block, type, comm));
+    else ZDL_MPI_CHECK(MPI_Allgather(src, block, type, dst, block, type, comm));
+  });
+  return work;
+}
+
+std::shared_ptr<Work> MpiCommunicator::broadcast_async(const Tensor& t, int root) {
+  check_collective("broadcast", t, t, 1, 1);
+  ZDL_CHECK(root >= 0 && root < size(), prefix(), " broadcast: root ", root, " out of range [0, ", size(), ")");
+  const int count = checked_count(*this, "broadcast", t.numel());
+  const int64_t bytes = static_cast<int64_t>(t.nbytes());
+  auto work = std::make_shared<AsyncWork>(prefix(), "broadcast", bytes, current_comm_phase(), timeout());
+  HostBytes h = host_bytes(t, /*copy_in=*/rank() == root);
+  work->keep_alive(t);
+  if (rank() != root) copy_back_when_done(*work, t, h);
+  else if (h.pinned) work->keep_alive(std::static_pointer_cast<void>(h.pinned));
+  record_collective(CollectiveKind::Broadcast, bytes, size(), /*is_root=*/rank() == root);
+  MPI_Datatype type = mpi_type(t.dtype());
+  MPI_Comm comm = state_->comm;
+  char* p = h.ptr;
+  state_->submit(work, [=] { ZDL_MPI_CHECK(MPI_Bcast(p, count, type, root, comm)); });
+  return work;
+}
+
+void MpiCommunicator::barrier() {
+  auto work = std::make_shared<AsyncWork>(prefix(), "barrier", 0, current_comm_phase(), timeout());
+  MPI_Comm comm = state_->comm;
+  state_->submit(work, [=] { ZDL_MPI_CHECK(MPI_Barrier(comm)); });
+  work->wait();
+}
+
+std::vector<int64_t> MpiCommunicator::all_gather_i64(int64_t value) {
+  auto out = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(size()));
+  auto work = std::make_shared<AsyncWork>(prefix(), "all_gather_i64", static_cast<int64_t>(sizeof(int64_t)) * size(),
+                                          current_comm_phase(), timeout());
+  MPI_Comm comm = state_->comm;
+  state_->submit(work, [=] { ZDL_MPI_CHECK(MPI_Allgather(&value, 1, MPI_INT64_T, out->data(), 1, MPI_INT64_T, comm)); });
+  work->wait();
+  return *out;
+}
+
+double MpiCommunicator::all_reduce_sum(double value) {
+  auto v = std::make_shared<double>(value);
+  auto work = std::make_shared<AsyncWork>(prefix(), "all_reduce_sum", static_cast<int64_t>(sizeof(double)),
+                                          current_comm_phase(), timeout());
+  record_collective(CollectiveKind::AllReduce, static_cast<int64_t>(sizeof(double)), size());
+  MPI_Comm comm = state_->comm;
+  state_->submit(work, [=] { ZDL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v.get(), 1, MPI_DOUBLE, MPI_SUM, comm)); });
+  work->wait();
+  return *v;
+}
+
+void MpiCommunicator::broadcast_bytes(void* data, size_t bytes, int root) {
+  ZDL_CHECK(root >= 0 && root < size(), prefix(), " broadcast_bytes: root ", root, " out of range [0, ", size(), ")");
+  const int count = checked_count(*this, "broadcast_bytes", static_cast<int64_t>(bytes));
+  auto work = std::make_shared<AsyncWork>(prefix(), "broadcast_bytes", static_cast<int64_t>(bytes),
+                                          current_comm_phase(), timeout());
+  MPI_Comm comm = state_->comm;
+  state_->submit(work, [=] { ZDL_MPI_CHECK(MPI_Bcast(data, count, MPI_BYTE, root, comm)); });
+  work->wait();
+}
+
+// ---- abort -----------------------------------------------------------------------------------
+
+void abort_job(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+}  // namespace zdl::dist

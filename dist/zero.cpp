@@ -1,0 +1,518 @@
+#include "dist/zero.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "autograd/ops.h"
+
+namespace zdl::dist {
+
+const char* stage_name(ZeroStage s) {
+  switch (s) {
+    case ZeroStage::DDP: return "ddp";
+    case ZeroStage::One: return "zero1";
+    case ZeroStage::Two: return "zero2";
+    case ZeroStage::Three: return "zero3";
+  }
+  return "?";
+}
+
+ZeroStage stage_from_int(int s) {
+  ZDL_CHECK(s >= 0 && s <= 3, "ZeRO stage must be 0 (DDP), 1, 2 or 3, got ", s);
+  return static_cast<ZeroStage>(s);
+}
+
+namespace {
+
+enum Event : int { kForwardGather = 1, kBackwardGather = 2, kGradReduce = 3, kPostStepGather = 4, kNormReduce = 5 };
+
+const char* event_name(int e) {
+  switch (e) {
+    case kForwardGather: return "the forward all-gather";
+    case kBackwardGather: return "the backward all-gather";
+    case kGradReduce: return "the gradient reduction";
+    case kPostStepGather: return "the post-step all-gather";
+    case kNormReduce: return "the gradient-norm all-reduce";
+  }
+  return "an unknown collective";
+}
+
+// The master (optimizer) dtype for a compute dtype: f64 stays f64, everything else is f32.
+DType master_dtype(DType compute) { return compute == DType::F64 ? DType::F64 : DType::F32; }
+
+Tensor flat_view(const Storage& s, int64_t begin, int64_t n, DType t) {
+  return Tensor::from_storage(s, {n}, {1}, begin, t);
+}
+
+}  // namespace
+
+// ---- placement ----
+
+// Records each parameter's recipe and hands out a shape-only tensor (released storage):
+// wrap() gives it bytes inside its unit.
+class ZeroPartitioner::Factory final : public nn::ParameterFactory {
+ public:
+  explicit Factory(ZeroPartitioner& z) : z_(z) {}
+  Tensor create(const nn::ParameterSpec& spec) override {
+    ZDL_CHECK(!z_.wrapped_, z_.comm_->prefix(), " parameter '", spec.local_name,
+              "' registered after wrap(); build the whole model inside placement_scope() first");
+    DType t = z_.options_.compute_dtype;
+    auto storage = StorageImpl::make_released(static_cast<size_t>(numel_of(spec.shape)) * element_size(t),
+                                              spec.device, MemoryCategory::Parameter);
+    Tensor p = Tensor::from_storage(storage, spec.shape, contiguous_strides(spec.shape), 0, t);
+    specs_[p.impl()] = spec;
+    return p;
+  }
+  const nn::ParameterSpec* find(const Tensor& t) const {
+    auto it = specs_.find(t.impl());
+    return it == specs_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  ZeroPartitioner& z_;
+  std::map<const TensorImpl*, nn::ParameterSpec> specs_;
+};
+
+ZeroPartitioner::ZeroPartitioner(std::shared_ptr<Communicator> comm, ZeroOptions options)
+    : comm_(std::move(comm)), options_(std::move(options)), factory_(std::make_unique<Factory>(*this)) {
+  ZDL_CHECK(comm_ != nullptr, "ZeroPartitioner: no communicator");
+  DType t = options_.compute_dtype;
+  ZDL_CHECK(t == DType::F32 || t == DType::BF16 || t == DType::F64, comm_->prefix(),
+            " ZeRO compute dtype must be f32, bf16 or f64, got ", dtype_name(t));
+  ZDL_CHECK(options_.prefetch >= 0, comm_->prefix(), " prefetch must be >= 0, got ", options_.prefetch);
+  if (!options_.is_unit) options_.is_unit = [](const nn::Module& m) { return m.type_name() == "Block"; };
+}
+
+ZeroPartitioner::~ZeroPartitioner() = default;
+
+ZeroPartitioner::PlacementScope::PlacementScope(ZeroPartitioner& z, uint64_t seed)
+    : factory_(*z.factory_), init_(seed, Device::cpu(), z.options_.compute_dtype) {}
+ZeroPartitioner::PlacementScope::~PlacementScope() = default;
+
+int64_t ZeroPartitioner::num_parameters() const {
+  int64_t n = 0;
+  for (auto& u : units_) n += u->numel;
+  return n;
+}
+
+int64_t ZeroPartitioner::num_padded() const {
+  int64_t n = 0;
+  for (auto& u : units_) n += u->padded;
+  return n;
+}
+
+ParamUnit& ZeroPartitioner::make_unit(const std::string& name, const std::vector<std::pair<std::string, Tensor>>& params) {
+  auto u = std::make_unique<ParamUnit>();
+  u->name = name;
+  u->index = static_cast<int>(units_.size());
+  const int64_t N = comm_->size();
+  for (auto& [pname, p] : params) {
+    const nn::ParameterSpec* spec = factory_->find(p);
+    ZDL_CHECK(spec != nullptr, comm_->prefix(), " parameter '", pname,
+              "' was not created inside placement_scope(): build the model in the scope so the manager places it");
+    ParamSlot s;
+    s.param = p;
+    s.name = pname;
+    s.offset = u->numel;
+    s.numel = p.numel();
+    s.init = spec->init;
+    s.seed = spec->seed;
+    s.stream = spec->stream;
+    s.decay = p.dim() >= 2;
+    u->numel += s.numel;
+    u->slots.push_back(s);
+  }
+  // [Note: padding] Each unit pads to a multiple of N so every rank owns an equal block; the
+  // padding (< N elements per unit) is what the memory and traffic checks add to the formulas.
+  u->padded = (u->numel + N - 1) / N * N;
+  u->shard_size = u->padded / N;
+  u->shard_begin = comm_->rank() * u->shard_size;
+  units_.push_back(std::move(u));
+  return *units_.back();
+}
+
+namespace {
+
+// Writes the init values of unit elements [begin, begin + dst.numel()) into dst (contiguous,
+// CPU, f32 or f64); padding elements are zero.
+void init_range(const ParamUnit& u, int64_t begin, const Tensor& dst) {
+  dst.zero_();
+  int64_t end = begin + dst.numel();
+  for (const ParamSlot& s : u.slots) {
+    int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
+    if (lo >= hi) continue;
+    Tensor part = Tensor::from_storage(dst.storage(), {hi - lo}, {1}, dst.offset() + (lo - begin), dst.dtype());
+    nn::init_elements(s.init, s.seed, s.stream, lo - s.offset, part);
+  }
+}
+
+}  // namespace
+
+void ZeroPartitioner::allocate(ParamUnit& u) {
+  const ZeroStage st = options_.stage;
+  const DType ct = options_.compute_dtype, mt = master_dtype(ct);
+  const bool separate_master = ct != mt;
+  u.separate_master = separate_master;
+  const size_t es = element_size(ct);
+  const Device dev = Device::cpu();
+
+  // Full parameters: one storage for the unit, released under ZeRO-3 until gathered.
+  if (st == ZeroStage::Three) {
+    u.full = StorageImpl::make_released(static_cast<size_t>(u.padded) * es, dev, MemoryCategory::Parameter);
+  } else {
+    MemoryScope ms(MemoryCategory::Parameter);
+    u.full = Tensor::empty({u.padded}, ct, dev).storage();
+  }
+  u.full->set_label("unit " + u.name);
+  u.full->set_release_hint(
+      "under ZeRO-3 a unit's full parameters exist only during its forward and backward; to read or "
+      "write them elsewhere, gather them with `dist::GatheredParameters g(zero);` (collective: all ranks)");
+  u.full_flat = flat_view(u.full, 0, u.padded, ct);
+
+  // What the optimizer updates, initialized here from the recipes (only this rank's range
+  // under stages 1-3 with a separate master, or stage 3).
+  if (st == ZeroStage::DDP) {
+    u.master_begin = 0;
+    if (separate_master) {
+      MemoryScope ms(MemoryCategory::OptimizerState);
+      u.master = Tensor::empty({u.padded}, mt);
+      init_range(u, 0, u.master);
+      u.full_flat.copy_(u.master);
+    } else {
+      init_range(u, 0, u.full_flat);
+      u.master = u.full_flat;
+    }
+  } else if (st == ZeroStage::Three) {
+    u.master_begin = u.shard_begin;
+    {
+      MemoryScope ms(MemoryCategory::ParameterShard);
+      u.param_shard = Tensor::empty({u.shard_size}, ct);
+    }
+    if (separate_master) {
+      MemoryScope ms(MemoryCategory::OptimizerState);
+      u.master = Tensor::empty({u.shard_size}, mt);
+      init_range(u, u.shard_begin, u.master);
+      u.param_shard.copy_(u.master);
+    } else {
+      init_range(u, u.shard_begin, u.param_shard);
+      u.master = u.param_shard;
+    }
+  } else {  // stages 1, 2: every rank holds the full parameters, initialized the same way
+    u.master_begin = u.shard_begin;
+    Tensor init_full = separate_master ? Tensor::empty({u.padded}, mt) : u.full_flat;
+    init_range(u, 0, init_full);
+    if (separate_master) {
+      u.full_flat.copy_(init_full);
+      MemoryScope ms(MemoryCategory::OptimizerState);
+      u.master = Tensor::empty({u.shard_size}, mt);
+      u.master.copy_(slice(init_full, 0, u.shard_begin, u.shard_begin + u.shard_size));
+    } else {
+      u.master = flat_view(u.full, u.shard_begin, u.shard_size, ct);
+    }
+  }
+
+  // Gradients.
+  if (st == ZeroStage::DDP || st == ZeroStage::One) {
+    MemoryScope ms(MemoryCategory::Gradient);
+    u.grad_full = Tensor::zeros({u.padded}, ct, dev).storage();
+  } else {
+    u.grad_full = StorageImpl::make_released(static_cast<size_t>(u.padded) * es, dev, MemoryCategory::Gradient);
+  }
+  u.grad_full->set_label("gradients of unit " + u.name);
+  u.grad_full->set_release_hint(
+      "under ZeRO-2/3 a unit's full gradients exist only between its backward and its reduce-scatter; the "
+      "reduced gradients are this rank's shard");
+  u.grad_flat = flat_view(u.grad_full, 0, u.padded, ct);
+  if (st == ZeroStage::DDP) {
+    u.grad_shard = u.grad_flat;
+  } else if (st == ZeroStage::One) {
+    u.grad_shard = flat_view(u.grad_full, u.shard_begin, u.shard_size, ct);
+  } else {
+    MemoryScope ms(MemoryCategory::GradientShard);
+    u.grad_shard = Tensor::zeros({u.shard_size}, ct);
+  }
+
+  {
+    MemoryScope ms(MemoryCategory::OptimizerState);
+    u.exp_avg = Tensor::zeros({u.master.numel()}, mt);
+    u.exp_avg_sq = Tensor::zeros({u.master.numel()}, mt);
+  }
+
+  // Re-point every parameter at its place in the unit (same TensorImpl: modules and saved
+  // tensors keep working).
+  for (ParamSlot& s : u.slots) {
+    TensorImpl* impl = s.param.impl();
+    impl->storage = u.full;
+    impl->offset = s.offset;
+    impl->strides = contiguous_strides(impl->shape);
+    impl->dtype = ct;
+    s.param.set_grad(Tensor());
+  }
+}
+
+void ZeroPartitioner::wrap(nn::Module& model) {
+  ZDL_CHECK(!wrapped_, comm_->prefix(), " wrap() called twice");
+  // Units: outermost modules accepted by is_unit, in registration order; the root takes the rest.
+  std::set<const TensorImpl*> assigned;
+  std::vector<std::string> unit_prefixes;
+  for (auto& [name, m] : model.named_modules(/*include_self=*/false)) {
+    bool nested = std::any_of(unit_prefixes.begin(), unit_prefixes.end(),
+                              [&](const std::string& p) { return name.rfind(p + ".", 0) == 0; });
+    if (nested || !options_.is_unit(*m)) continue;
+    std::vector<std::pair<std::string, Tensor>> params;
+    for (auto& [pn, p] : m->named_parameters()) {
+      ZDL_CHECK(!assigned.count(p.impl()), comm_->prefix(), " parameter '", name, ".", pn,
+                "' is shared with another unit; tied parameters must live in one unit");
+      assigned.insert(p.impl());
+      params.emplace_back(name + "." + pn, p);
+    }
+    unit_prefixes.push_back(name);
+    if (params.empty()) continue;
+    ParamUnit& u = make_unit(name, params);
+    block_order_.push_back(&u);
+    install_hooks(*m, &u);
+  }
+  std::vector<std::pair<std::string, Tensor>> rest;
+  for (auto& [pn, p] : model.named_parameters()) {
+    if (assigned.count(p.impl())) continue;
+    assigned.insert(p.impl());
+    rest.emplace_back(pn, p);
+  }
+  // Tied weights that cross units would be read while released: refuse them up front.
+  for (auto& u : units_)
+    for (auto& [name, m] : model.named_modules(false)) {
+      if (name.rfind(u->name + ".", 0) == 0 || name == u->name) continue;
+      bool inside_unit = std::any_of(unit_prefixes.begin(), unit_prefixes.end(),
+                                     [&](const std::string& p) { return name == p || name.rfind(p + ".", 0) == 0; });
+      if (inside_unit) continue;
+      for (auto& [pn, p] : m->local_parameters())
+        for (auto& s : u->slots)
+          ZDL_CHECK(!s.param.same(p), comm_->prefix(), " parameter '", s.name, "' of unit ", u->name,
+                    " is also used by module '", name, "' outside that unit; tied parameters must live in one unit");
+    }
+  ParamUnit* root = rest.empty() ? nullptr : &make_unit("<root>", rest);
+  for (auto& u : units_) allocate(*u);
+  if (root) install_hooks(model, root);
+  wrapped_ = true;
+  comm_->barrier();
+}
+
+// ---- hooks ----
+
+void ZeroPartitioner::install_hooks(nn::Module& m, ParamUnit* u) {
+  m.register_forward_pre_hook([this, u](nn::Module&, const nn::TensorList&) { on_forward_pre(*u); });
+  m.register_forward_post_hook(
+      [this, u](nn::Module&, const nn::TensorList&, const nn::TensorList&) { on_forward_post(*u); });
+  m.register_backward_pre_hook([this, u](nn::Module&) { on_backward_pre(*u); });
+  m.register_post_backward_hook([this, u](nn::Module&) { on_post_backward(*u); });
+}
+
+namespace {
+int position_of(const std::vector<ParamUnit*>& order, const ParamUnit& u) {
+  for (size_t i = 0; i < order.size(); ++i)
+    if (order[i] == &u) return static_cast<int>(i);
+  return -1;  // the root
+}
+}  // namespace
+
+void ZeroPartitioner::gather(ParamUnit& u, CommPhase phase, bool wait) {
+  if (u.gathered()) return;
+  if (!u.gathering()) {
+    agree(phase == CommPhase::ForwardGather ? kForwardGather : kBackwardGather, &u);
+    CommPhaseScope ps(phase);
+    u.unshard_async(*comm_);
+  }
+  if (wait) u.wait_unshard();
+}
+
+void ZeroPartitioner::prefetch(int from, int direction, CommPhase phase) {
+  for (int k = 1; k <= options_.prefetch; ++k) {
+    int i = from + direction * k;
+    if (i < 0 || i >= static_cast<int>(block_order_.size())) break;
+    gather(*block_order_[i], phase, /*wait=*/false);
+  }
+}
+
+void ZeroPartitioner::on_forward_pre(ParamUnit& u) {
+  if (options_.stage != ZeroStage::Three) return;
+  gather(u, CommPhase::ForwardGather, true);
+  int pos = position_of(block_order_, u);
+  prefetch(pos, +1, CommPhase::ForwardGather);  // the root (pos -1) prefetches the first block
+}
+
+void ZeroPartitioner::on_forward_post(ParamUnit& u) {
+  if (options_.stage == ZeroStage::Three) u.reshard();
+}
+
+void ZeroPartitioner::on_backward_pre(ParamUnit& u) {
+  prepare_grads(u);
+  if (options_.stage != ZeroStage::Three) return;
+  gather(u, CommPhase::BackwardGather, true);
+  int pos = position_of(block_order_, u);
+  prefetch(pos < 0 ? static_cast<int>(block_order_.size()) : pos, -1, CommPhase::BackwardGather);
+}
+
+void ZeroPartitioner::on_post_backward(ParamUnit& u) {
+  reduce_grads(u);
+  if (options_.stage == ZeroStage::Three) u.reshard();
+}
+
+void ZeroPartitioner::prepare_grads(ParamUnit& u) {
+  if (u.grad_full->is_released()) {
+    u.grad_full->materialize(MemoryCategory::Gradient);
+    u.grad_flat.zero_();
+  }
+  for (ParamSlot& s : u.slots) {
+    Tensor g = s.param.grad();
+    if (g.defined() && g.storage() == u.grad_full && g.offset() == s.offset) continue;
+    s.param.set_grad(Tensor::from_storage(u.grad_full, s.param.shape(), contiguous_strides(s.param.shape()), s.offset,
+                                          options_.compute_dtype));
+  }
+}
+
+void ZeroPartitioner::reduce_grads(ParamUnit& u) {
+  const ZeroStage st = options_.stage;
+  if (!grad_sync_ && (st == ZeroStage::DDP || st == ZeroStage::One || (st == ZeroStage::Two && options_.no_sync)))
+    return;
+  const double inv_n = 1.0 / comm_->size();
+  agree(kGradReduce, &u);
+  CommPhaseScope ps(CommPhase::GradReduce);
+  if (st == ZeroStage::DDP) {
+    comm_->all_reduce(u.grad_flat);
+    scale_(u.grad_flat, inv_n);
+    return;
+  }
+  Tensor reduced;
+  {
+    MemoryScope ms(MemoryCategory::CommBuffer);
+    reduced = Tensor::empty({u.shard_size}, options_.compute_dtype);
+  }
+  comm_->reduce_scatter(u.grad_flat, reduced);
+  scale_(reduced, inv_n);
+  if (st == ZeroStage::One) {
+    u.grad_shard.copy_(reduced);  // own block of the (persistent) full gradients
+  } else {
+    add_(u.grad_shard, reduced);  // micro-batches accumulate into the shard
+    u.grad_full->release();
+  }
+}
+
+// ---- step ----
+
+double ZeroPartitioner::clip_grad_norm(double max_norm) {
+  double sq = 0.0;
+  for (auto& u : units_) {
+    Tensor g = u->grad_shard;
+    Tensor f = g.dtype() == DType::F64 ? g : g.to(DType::F64);
+    for (double v : f.to_vector()) sq += v * v;
+  }
+  if (options_.stage != ZeroStage::DDP && comm_->size() > 1) {
+    agree(kNormReduce, nullptr);
+    sq = comm_->all_reduce_sum(sq);
+  }
+  last_grad_norm_ = std::sqrt(sq);
+  if (max_norm <= 0.0 || !(last_grad_norm_ > max_norm)) return 1.0;
+  return max_norm / (last_grad_norm_ + 1e-6);
+}
+
+void ZeroPartitioner::after_optimizer_step() {
+  const ZeroStage st = options_.stage;
+  for (auto& up : units_) {
+    ParamUnit& u = *up;
+    const bool separate = u.separate_master;
+    if (st == ZeroStage::DDP) {
+      if (separate) u.full_flat.copy_(u.master);
+    } else if (st == ZeroStage::Three) {
+      if (separate) u.param_shard.copy_(u.master);
+    } else {
+      Tensor own = flat_view(u.full, u.shard_begin, u.shard_size, options_.compute_dtype);
+      if (separate) own.copy_(u.master);
+      agree(kPostStepGather, &u);
+      CommPhaseScope ps(CommPhase::PostStepGather);
+      comm_->all_gather(own, u.full_flat);
+    }
+  }
+  ++step_;
+}
+
+void ZeroPartitioner::zero_grad() {
+  for (auto& u : units_) {
+    if (options_.stage == ZeroStage::DDP || options_.stage == ZeroStage::One) {
+      u->grad_flat.zero_();
+    } else {
+      u->grad_shard.zero_();
+      u->grad_full->release();
+    }
+  }
+  grad_sync_ = true;
+}
+
+// ---- divergence ----
+
+void ZeroPartitioner::agree(int event, const ParamUnit* u) {
+  if (!options_.check_divergence || comm_->size() == 1) return;
+  int64_t tag = (step_ << 24) | (static_cast<int64_t>(event) << 16) | (u ? u->index + 1 : 0);
+  std::vector<int64_t> tags = comm_->all_gather_i64(tag);
+  if (std::all_of(tags.begin(), tags.end(), [&](int64_t t) { return t == tags[0]; })) return;
+  std::string where;
+  for (size_t r = 0; r < tags.size(); ++r) where += detail::str(r ? "; " : "", "rank ", r, " is at ", describe(tags[r]));
+  throw Error(detail::str(comm_->prefix(), " ranks diverged: ", where,
+                          ". Every rank must run the same modules in the same order (same model, same control flow)"));
+}
+
+std::string ZeroPartitioner::describe(int64_t tag) const {
+  int64_t unit = tag & 0xFFFF, event = (tag >> 16) & 0xFF, step = tag >> 24;
+  std::string uname = unit == 0 ? "(no unit)" : unit <= static_cast<int64_t>(units_.size())
+                                                    ? "unit '" + units_[unit - 1]->name + "'"
+                                                    : "unit #" + std::to_string(unit - 1);
+  return detail::str(event_name(static_cast<int>(event)), " of ", uname, " in step ", step + 1);
+}
+
+// ---- ParamUnit ----
+
+void ParamUnit::unshard_async(Communicator& comm) {
+  if (pending_ || !full->is_released()) return;
+  full->materialize(MemoryCategory::Parameter);
+  pending_ = comm.all_gather_async(param_shard, full_flat);
+}
+
+void ParamUnit::wait_unshard() {
+  if (!pending_) return;
+  auto w = std::move(pending_);
+  w->wait();
+}
+
+void ParamUnit::reshard() {
+  if (pending_) wait_unshard();
+  full->release();
+}
+
+// ---- GatheredParameters ----
+
+GatheredParameters::GatheredParameters(ZeroPartitioner& z, bool modify) : z_(z), modify_(modify) {
+  if (z_.stage() != ZeroStage::Three) return;
+  for (auto& u : z_.units_) {
+    if (u->gathered()) continue;
+    z_.gather(*u, CommPhase::Other, true);
+    gathered_.push_back(u.get());
+  }
+}
+
+GatheredParameters::~GatheredParameters() noexcept(false) {
+  if (modify_) {
+    for (auto& u : z_.units_) {
+      Tensor own = Tensor::from_storage(u->full, {u->master.numel()}, {1}, u->master_begin, z_.options_.compute_dtype);
+      if (z_.stage() == ZeroStage::Three) {
+        u->master.copy_(own);
+        if (u->separate_master) u->param_shard.copy_(u->master);
+      } else if (u->separate_master) {
+        u->master.copy_(own);
+      }
+    }
+  }
+  for (ParamUnit* u : gathered_) u->reshard();
+}
+
+}  // namespace zdl::dist

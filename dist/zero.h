@@ -1,0 +1,141 @@
+// ZeroPartitioner: DDP and ZeRO-1/2/3 on one partition manager (DESIGN.md mechanisms 3-4).
+//
+// Life of a model under the manager:
+//   1. Build inside `placement_scope()`: register_parameter hands each parameter to the
+//      manager's ParameterFactory, which records its init recipe and returns a tensor with no
+//      bytes yet (no full copy of the model ever exists under ZeRO-3).
+//   2. `wrap(model)` groups parameters into units (each Block, plus a root unit for the rest),
+//      lays each unit out as one flat buffer padded to a multiple of N, allocates what the
+//      stage keeps, initializes only what this rank owns (bit-identical to the same slice of a
+//      single-process init, by the counter-based RNG), and installs the hooks:
+//        forward pre-hook    stage 3: all-gather the unit (and prefetch the next)
+//        forward post-hook   stage 3: free the unit's full parameters
+//        backward pre-hook   stage 3: all-gather the unit again (prefetch the previous);
+//                            all stages: make the unit's gradient buffer ready
+//        post-backward hook  stage 0: all-reduce grads; 1: reduce-scatter grads (full grads
+//                            stay); 2-3: reduce-scatter into the grad shard and free the full
+//                            grads; 3: also free the full parameters
+//   3. Per step: forward/backward (set_grad_sync for micro-batches), `clip_grad_norm`, then the
+//      ZeroAdamW step (optim on own shards; stages 1-2 all-gather parameters afterwards),
+//      `zero_grad`.
+//
+//   auto comm = dist::init();
+//   dist::ZeroPartitioner zero(comm, {.stage = dist::ZeroStage::Three});
+//   std::shared_ptr<nn::GPT> model;
+//   { auto scope = zero.placement_scope(/*seed=*/1337); model = std::make_shared<nn::GPT>(cfg); }
+//   zero.wrap(*model);
+//   dist::ZeroAdamW opt(zero, {.lr = 3e-4}, /*weight_decay=*/0.1);
+//   model->loss(x, y).backward(); opt.step(zero.clip_grad_norm(1.0)); zero.zero_grad();
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "dist/param_unit.h"
+#include "dist/zero_config.h"
+#include "nn/module.h"
+#include "nn/parameter_factory.h"
+
+namespace zdl::dist {
+
+class ZeroPartitioner {
+ public:
+  ZeroPartitioner(std::shared_ptr<Communicator> comm, ZeroOptions options);
+  ~ZeroPartitioner();
+  ZeroPartitioner(const ZeroPartitioner&) = delete;
+  ZeroPartitioner& operator=(const ZeroPartitioner&) = delete;
+
+  // While alive, parameters registered on this thread are placed by the manager, initialized
+  // from `seed` with per-parameter RNG streams in registration order (as nn::InitContext).
+  class PlacementScope {
+   public:
+    PlacementScope(ZeroPartitioner& z, uint64_t seed);
+    ~PlacementScope();
+
+   private:
+    nn::ParameterFactoryScope factory_;
+    nn::InitContext init_;
+  };
+  PlacementScope placement_scope(uint64_t seed) { return PlacementScope(*this, seed); }
+
+  // Forms units, allocates and initializes this rank's bytes, installs hooks. Once per manager.
+  void wrap(nn::Module& model);
+
+  // Micro-batches: call with false before the backward of every micro-batch but the last
+  // (stage 0-1: skip the reduction; stage 2 with no_sync: keep full gradients).
+  void set_grad_sync(bool sync) { grad_sync_ = sync; }
+
+  // Global gradient norm over the reduced gradients (one all-reduce of the shards' sum of
+  // squares for stages 1-3); returns the factor to pass to the optimizer step so the norm
+  // is at most max_norm (1 when max_norm <= 0 or already below). The norm: last_grad_norm().
+  double clip_grad_norm(double max_norm);
+  double last_grad_norm() const { return last_grad_norm_; }
+
+  // Zeroes the reduced gradients (after the optimizer step).
+  void zero_grad();
+
+  // Called by the optimizer after it updated the masters: refreshes the compute-dtype
+  // parameters (casts; stages 1-2 all-gather them).
+  void after_optimizer_step();
+
+  Communicator& comm() { return *comm_; }
+  const ZeroOptions& options() const { return options_; }
+  ZeroStage stage() const { return options_.stage; }
+  std::vector<std::unique_ptr<ParamUnit>>& units() { return units_; }
+  int64_t num_parameters() const;  // Psi (unpadded)
+  int64_t num_padded() const;      // sum of padded unit sizes
+  int64_t step() const { return step_; }
+
+ private:
+  class Factory;
+  friend class GatheredParameters;
+  friend class ZeroAdamW;
+
+  ParamUnit& make_unit(const std::string& name, const std::vector<std::pair<std::string, Tensor>>& params);
+  void allocate(ParamUnit& u);
+  void install_hooks(nn::Module& m, ParamUnit* u);
+  void on_forward_pre(ParamUnit& u);
+  void on_forward_post(ParamUnit& u);
+  void on_backward_pre(ParamUnit& u);
+  void on_post_backward(ParamUnit& u);
+  void gather(ParamUnit& u, CommPhase phase, bool wait);
+  void prefetch(int from, int direction, CommPhase phase);
+  void prepare_grads(ParamUnit& u);
+  void reduce_grads(ParamUnit& u);
+  // Divergence check: every rank must be at the same (event, unit) here.
+  void agree(int event, const ParamUnit* u);
+  std::string describe(int64_t tag) const;
+
+  std::shared_ptr<Communicator> comm_;
+  ZeroOptions options_;
+  std::unique_ptr<Factory> factory_;
+  std::vector<std::unique_ptr<ParamUnit>> units_;  // blocks in order, root last
+  std::vector<ParamUnit*> block_order_;             // units other than the root, forward order
+  bool wrapped_ = false;
+  bool grad_sync_ = true;
+  int64_t step_ = 0;
+  int64_t check_seq_ = 0;
+  double last_grad_norm_ = 0.0;
+};
+
+// Gathers the full parameters of every unit (or of the units holding `params`) while alive,
+// so they can be read outside forward/backward (inspection, export, evaluation code). With
+// modify = true, values written to the parameters are copied back into this rank's masters
+// and shards on exit. Collective: every rank must enter and leave it together.
+//
+//   { dist::GatheredParameters g(zero); io::export_gpt2(*model, "model.safetensors"); }
+class GatheredParameters {
+ public:
+  explicit GatheredParameters(ZeroPartitioner& z, bool modify = false);
+  ~GatheredParameters() noexcept(false);
+  GatheredParameters(const GatheredParameters&) = delete;
+  GatheredParameters& operator=(const GatheredParameters&) = delete;
+
+ private:
+  ZeroPartitioner& z_;
+  bool modify_;
+  std::vector<ParamUnit*> gathered_;
+};
+
+}  // namespace zdl::dist

@@ -1,0 +1,39 @@
+// Options of the ZeRO partition manager: the stage is one field (STYLE.md habit 8).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace zdl::nn {
+class Module;
+}
+
+namespace zdl::dist {
+
+// 0 = DDP (everything replicated), 1 = optimizer states sharded, 2 = + gradients,
+// 3 = + parameters (gathered around each unit's forward and backward, freed afterwards).
+enum class ZeroStage : int { DDP = 0, One = 1, Two = 2, Three = 3 };
+
+struct ZeroOptions {
+  ZeroStage stage = ZeroStage::Three;
+  // Dtype of full parameters, gradients and collectives (f32, bf16; f64 for checks). The
+  // master weights and Adam moments stay f32 (f64 for f64 runs) whatever this is.
+  DType compute_dtype = DType::F32;
+  // ZeRO-3: how many units ahead (forward) or behind (backward) to all-gather asynchronously.
+  int prefetch = 1;
+  // Stage 2: keep full gradients across micro-batches and reduce once on the last one (like
+  // FSDP's no_sync). Stages 0 and 1 always reduce once per step; stage 3 every micro-batch.
+  bool no_sync = false;
+  // Before each collective, check with one tiny all-gather that every rank is at the same
+  // unit and event; on a mismatch every rank throws an error naming the first differing unit.
+  bool check_divergence = true;
+  // Which modules become units (default: type name "Block"); everything else goes to the root unit.
+  std::function<bool(const nn::Module&)> is_unit;
+};
+
+const char* stage_name(ZeroStage s);  // "ddp", "zero1", ...
+ZeroStage stage_from_int(int s);       // throws for anything but 0..3
+
+}  // namespace zdl::dist

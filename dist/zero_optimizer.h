@@ -1,0 +1,34 @@
+// ZeroAdamW: AdamW on the flat shards of a ZeroPartitioner (DESIGN.md mechanism 4).
+//
+// Each rank updates only the elements it owns (stage 0: all of them): one fused loop per
+// parameter segment of its shard, with the decoupled weight decay of that parameter (decay on
+// matrices only, as GPT-2 training does). Moments are f32 (f64 for f64 runs), sized like the
+// master: full under DDP, 1/N otherwise. After the update the manager refreshes the
+// compute-dtype parameters (and stages 1-2 all-gather them).
+//
+//   dist::ZeroAdamW opt(zero, {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95}, /*weight_decay=*/0.1);
+//   opt.set_lr(sched.lr(step)); opt.step(zero.clip_grad_norm(1.0)); zero.zero_grad();
+#pragma once
+#include "dist/zero.h"
+#include "optim/optimizer.h"
+
+namespace zdl::dist {
+
+class ZeroAdamW {
+ public:
+  ZeroAdamW(ZeroPartitioner& zero, const optim::AdamWOptions& options, double weight_decay);
+
+  void step(double grad_scale = 1.0);
+  double lr() const { return options_.lr; }
+  void set_lr(double lr) { options_.lr = lr; }
+  int64_t step_count() const { return step_; }
+  void set_step_count(int64_t s) { step_ = s; }
+
+ private:
+  ZeroPartitioner& zero_;
+  optim::AdamWOptions options_;
+  double weight_decay_;
+  int64_t step_ = 0;
+};
+
+}  // namespace zdl::dist

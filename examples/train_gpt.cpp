@@ -1,0 +1,398 @@
+// train_gpt: trains a GPT-2-style model on a text file (byte-level), the main job of zerodl.
+//
+//   train_gpt                                  # embedded default corpus, small model
+//   train_gpt --data input.txt --steps 2000 --n-layer 4 --n-embd 128 --save ckpt
+//   train_gpt --resume ckpt --steps 4000       # continues the same trajectory
+//   train_gpt --init-from gpt2.safetensors --eval-only --data val.txt
+//
+// Exit codes: 0 done, 2 bad input (flags, files, configs), 1 failure during training.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "data/byte_tokenizer.h"
+#include "data/default_corpus.h"
+#include "data/token_dataset.h"
+#include "io/checkpoint.h"
+#include "io/gpt2_format.h"
+#include "nn/gpt.h"
+#include "nn/parameter_factory.h"
+#include "nn/sampling.h"
+#include "optim/clip.h"
+#include "optim/optimizer.h"
+#include "optim/param_groups.h"
+#include "optim/schedule.h"
+
+using namespace zdl;
+using json = nlohmann::json;
+
+namespace {
+
+struct Args {
+  std::string data;
+  int64_t steps = 300;
+  int64_t batch = 16;
+  int64_t seq = 64;
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
+  int64_t vocab_multiple = 1;
+  double lr = 3e-3;
+  double min_lr_ratio = 0.1;
+  int64_t warmup = 30;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;
+  double dropout = 0.0;
+  uint64_t seed = 1337;
+  int64_t grad_accum = 1;
+  int64_t eval_every = 100;
+  int64_t eval_batches = 20;
+  double val_fraction = 0.1;
+  std::string save;
+  int64_t save_every = 0;
+  int64_t stop_after = 0;
+  std::string resume;
+  std::string init_from;
+  bool eval_only = false;
+  int64_t sample = 0;
+  std::string prompt = "\n";
+  double temperature = 0.8;
+  int64_t top_k = 40;
+  std::string metrics;
+  int64_t log_every = 0;
+};
+
+// A bad-input error: printed as is, exit code 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string default_corpus_path() {
+  auto path = std::filesystem::temp_directory_path() / "zerodl-default-corpus.txt";
+  std::string text = data::default_corpus();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) || std::filesystem::file_size(path, ec) != text.size())
+    data::write_default_corpus(path.string());
+  return path.string();
+}
+
+// Writes one JSON object per line; flushed so a crashed run keeps its log.
+class MetricsLog {
+ public:
+  explicit MetricsLog(const std::string& path) {
+    if (path.empty()) return;
+    out_.open(path, std::ios::app);
+    if (!out_) throw UsageError("cannot open metrics file '" + path + "' for writing");
+  }
+  void write(const json& j) {
+    if (out_.is_open()) out_ << j.dump() << "\n" << std::flush;
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+// One line per report: updated in place on a terminal, plain lines in a log.
+class Progress {
+ public:
+  Progress(int64_t total, int64_t log_every) : total_(total), tty_(isatty(fileno(stdout))), every_(log_every) {
+    if (every_ <= 0) every_ = std::max<int64_t>(1, total / 20);
+    start_ = std::chrono::steady_clock::now();
+  }
+  void step(int64_t step, int64_t first_step, double loss, double lr, double tok_s) {
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    double per = elapsed / static_cast<double>(step - first_step + 1);
+    double eta = per * static_cast<double>(total_ - step - 1);
+    char line[256];
+    std::snprintf(line, sizeof line, "step %5lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  ETA %s",
+                  static_cast<long long>(step + 1), static_cast<long long>(total_), loss, lr, tok_s, fmt(eta).c_str());
+    if (tty_) {
+      std::printf("\r%s\033[K", line);
+      if (step + 1 == total_) std::printf("\n");
+      std::fflush(stdout);
+    } else if ((step + 1) % every_ == 0 || step == first_step || step + 1 == total_) {
+      std::printf("%s\n", line);
+      std::fflush(stdout);
+    }
+  }
+  void message(const std::string& m) {
+    std::printf(tty_ ? "\r%s\033[K\n" : "%s\n", m.c_str());
+    std::fflush(stdout);
+  }
+
+ private:
+  static std::string fmt(double s) {
+    char b[32];
+    if (s < 60) std::snprintf(b, sizeof b, "%.0fs", s);
+    else if (s < 3600) std::snprintf(b, sizeof b, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+    else std::snprintf(b, sizeof b, "%dh%02dm", static_cast<int>(s) / 3600, (static_cast<int>(s) % 3600) / 60);
+    return b;
+  }
+  int64_t total_;
+  bool tty_;
+  int64_t every_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+json config_json(const nn::GPTConfig& c) {
+  return {{"vocab_size", c.vocab_size}, {"padded_vocab_size", c.padded_vocab_size}, {"block_size", c.block_size},
+          {"n_layer", c.n_layer},       {"n_head", c.n_head},                       {"n_embd", c.n_embd},
+          {"dropout", c.dropout}};
+}
+
+nn::GPTConfig config_from_json(const json& j) {
+  nn::GPTConfig c;
+  c.vocab_size = j.at("vocab_size");
+  c.padded_vocab_size = j.at("padded_vocab_size");
+  c.block_size = j.at("block_size");
+  c.n_layer = j.at("n_layer");
+  c.n_head = j.at("n_head");
+  c.n_embd = j.at("n_embd");
+  c.dropout = j.at("dropout");
+  return c;
+}
+
+// Mean loss over `n` sequential batches of a split (no dropout, no graph).
+double evaluate(nn::GPT& model, const data::TokenDataset& ds, data::Split split, int64_t n) {
+  NoGradGuard ng;
+  bool was_training = model.is_training();
+  model.eval();
+  n = std::min(n, ds.num_eval_batches(split));
+  ZDL_CHECK(n > 0, "evaluation: the ", data::split_name(split), " split holds fewer than one batch of tokens");
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    data::Batch b = ds.eval_batch(split, i);
+    total += model.loss(b.inputs, b.targets).item();
+  }
+  model.train(was_training);
+  return total / static_cast<double>(n);
+}
+
+int run(const Args& a, const CLI::App& app) {
+  // ---- configuration (errors here are the user's input: exit 2) ----
+  std::optional<io::TrainState> resumed;
+  nn::GPTConfig cfg;
+  auto given = [&](const char* flag) { return app.count(flag) > 0; };
+  if (!a.resume.empty()) {
+    if (!std::filesystem::exists(a.resume)) throw UsageError("--resume: no checkpoint at '" + a.resume + "'");
+    resumed = io::read_train_state(a.resume);
+    cfg = config_from_json(json::parse(resumed->metadata.at("config")));
+  } else if (!a.init_from.empty()) {
+    if (!std::filesystem::exists(a.init_from)) throw UsageError("--init-from: no file '" + a.init_from + "'");
+    io::GPT2ConfigOverrides ov;
+    if (given("--n-head")) ov.n_head = a.n_head;
+    ov.dropout = a.dropout;
+    cfg = io::config_from_gpt2_file(a.init_from, ov);
+    auto check_flag = [&](const char* flag, int64_t flag_value, int64_t file_value) {
+      if (given(flag) && flag_value != file_value)
+        throw UsageError(detail::str(flag, " ", flag_value, " differs from ", file_value, " in ", a.init_from));
+    };
+    check_flag("--n-layer", a.n_layer, cfg.n_layer);
+    check_flag("--n-embd", a.n_embd, cfg.n_embd);
+  } else {
+    cfg.vocab_size = data::ByteTokenizer::kVocabSize;
+    cfg.padded_vocab_size = a.vocab_multiple > 1 ? data::padded_vocab(cfg.vocab_size, a.vocab_multiple) : 0;
+    cfg.block_size = a.seq;
+    cfg.n_layer = a.n_layer;
+    cfg.n_head = a.n_head;
+    cfg.n_embd = a.n_embd;
+    cfg.dropout = a.dropout;
+  }
+  try {
+    cfg.validate();
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  if (a.seq > cfg.block_size)
+    throw UsageError(detail::str("--seq ", a.seq, " exceeds the model's context length ", cfg.block_size));
+  if (cfg.vocab_size < data::ByteTokenizer::kVocabSize)
+    throw UsageError(detail::str("the model's vocabulary (", cfg.vocab_size, ") is smaller than the byte tokenizer's 256"));
+
+  std::string data_path = a.data.empty() ? default_corpus_path() : a.data;
+  if (!std::filesystem::exists(data_path)) throw UsageError("--data: no file '" + data_path + "'");
+  std::unique_ptr<data::TokenDataset> ds;
+  try {
+    ds = std::make_unique<data::TokenDataset>(
+        data_path, data::TokenDatasetOptions{.batch_size = a.batch, .seq_len = a.seq,
+                                             .val_fraction = a.eval_only ? 0.0 : a.val_fraction, .seed = a.seed});
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+
+  std::shared_ptr<nn::GPT> model;
+  {
+    nn::InitContext ctx(a.seed);
+    model = std::make_shared<nn::GPT>(cfg);
+  }
+  if (!a.init_from.empty() && !resumed) io::load_gpt2(*model, a.init_from);
+
+  MetricsLog metrics(a.metrics);
+  if (a.eval_only) {
+    int64_t n = a.eval_batches > 0 ? a.eval_batches : ds->num_eval_batches(data::Split::Train);
+    double loss = evaluate(*model, *ds, data::Split::Train, n);
+    std::printf("loss %.6f\n", loss);
+    metrics.write({{"type", "eval"}, {"loss", loss}, {"batches", std::min(n, ds->num_eval_batches(data::Split::Train))}});
+    return 0;
+  }
+
+  optim::AdamW opt(optim::decay_groups(*model, a.weight_decay), {.lr = a.lr, .beta1 = 0.9, .beta2 = 0.95});
+  optim::CosineSchedule sched{a.lr, a.lr * a.min_lr_ratio, a.warmup, a.steps};
+  int64_t first_step = 0;
+  std::string fingerprint = ds->fingerprint().to_string();
+  if (resumed) {
+    *resumed = io::load_checkpoint(a.resume, *model, opt);
+    std::string saved_fp = resumed->metadata.count("data_fingerprint") ? resumed->metadata.at("data_fingerprint") : "";
+    if (saved_fp != fingerprint)
+      throw UsageError("--resume: the data file '" + data_path + "' changed since the checkpoint (saved " + saved_fp +
+                       ", now " + fingerprint + ")");
+    first_step = resumed->step;
+    ds->set_position(resumed->data_position);
+  }
+
+  std::printf("zerodl train_gpt: %s\n", model->extra_repr().c_str());
+  std::printf("params %lld | data %s (%lld tokens) | batch %lld x %lld x accum %lld | steps %lld\n",
+              static_cast<long long>(model->num_parameters()), data_path.c_str(),
+              static_cast<long long>(ds->num_tokens()), static_cast<long long>(a.batch), static_cast<long long>(a.seq),
+              static_cast<long long>(a.grad_accum), static_cast<long long>(a.steps));
+  if (resumed) std::printf("resumed from %s at step %lld\n", a.resume.c_str(), static_cast<long long>(first_step));
+  metrics.write({{"type", "config"},
+                 {"params", model->num_parameters()},
+                 {"model", config_json(cfg)},
+                 {"data", data_path},
+                 {"steps", a.steps},
+                 {"batch", a.batch},
+                 {"seq", a.seq},
+                 {"grad_accum", a.grad_accum},
+                 {"lr", a.lr},
+                 {"warmup", a.warmup},
+                 {"seed", a.seed},
+                 {"start_step", first_step}});
+
+  auto save = [&](int64_t step) {
+    io::TrainState st;
+    st.step = step;
+    st.data_position = ds->position();
+    st.metadata["config"] = config_json(cfg).dump();
+    st.metadata["data_fingerprint"] = fingerprint;
+    io::save_checkpoint(a.save, *model, opt, st);
+  };
+
+  // ---- training (errors here are failures: exit 1) ----
+  Progress progress(a.steps, a.log_every);
+  model->train();
+  for (int64_t step = first_step; step < a.steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < a.grad_accum; ++micro) {
+      data::Batch b = ds->next_batch();
+      Tensor loss = model->loss(b.inputs, b.targets);
+      loss_sum += loss.item();
+      (a.grad_accum > 1 ? mul(loss, 1.0 / static_cast<double>(a.grad_accum)) : loss).backward();
+    }
+    double loss = loss_sum / static_cast<double>(a.grad_accum);
+    if (!std::isfinite(loss)) throw Error(detail::str("loss is ", loss, " at step ", step + 1, "; stopping"));
+    double norm = optim::grad_norm(model->parameters());
+    opt.set_lr(sched.lr(step));
+    opt.step(optim::clip_scale(norm, a.grad_clip));
+    opt.zero_grad();
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    double tok_s = static_cast<double>(a.batch * a.seq * a.grad_accum) / (ms / 1000.0);
+    progress.step(step, first_step, loss, opt.lr(), tok_s);
+    metrics.write({{"step", step + 1}, {"loss", loss}, {"lr", opt.lr()}, {"grad_norm", norm},
+                   {"tokens_per_s", tok_s}, {"ms", ms}});
+    bool last = step + 1 == a.steps || step + 1 == a.stop_after;
+    if (a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || last) && a.val_fraction > 0) {
+      double val = evaluate(*model, *ds, data::Split::Val, a.eval_batches);
+      progress.message(detail::str("step ", step + 1, ": val_loss ", val));
+      metrics.write({{"step", step + 1}, {"val_loss", val}});
+    }
+    if (!a.save.empty() && (last || (a.save_every > 0 && (step + 1) % a.save_every == 0))) {
+      save(step + 1);
+      progress.message("saved checkpoint to " + a.save);
+    }
+    if (step + 1 == a.stop_after) {
+      progress.message(detail::str("stopping after step ", step + 1, " (--stop-after)"));
+      break;
+    }
+  }
+
+  if (a.sample > 0) {
+    data::ByteTokenizer tok;
+    auto ids = nn::generate(*model, tok.encode(a.prompt),
+                            {.max_new_tokens = a.sample, .temperature = a.temperature, .top_k = a.top_k, .seed = a.seed});
+    std::printf("---- sample (%lld bytes, temperature %.2f, top-k %lld) ----\n%s\n----\n",
+                static_cast<long long>(a.sample), a.temperature, static_cast<long long>(a.top_k),
+                tok.decode(ids).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"train_gpt: train a GPT-2-style model on a text file (byte-level) with zerodl"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: last wins
+  app.add_option("--data", a.data, "text file to train on (default: the embedded generated corpus)");
+  app.add_option("--steps", a.steps, "total optimizer steps")->check(CLI::PositiveNumber);
+  app.add_option("--batch", a.batch, "sequences per step (global batch B)")->check(CLI::PositiveNumber);
+  app.add_option("--seq", a.seq, "sequence length T (also the context length of a new model)")->check(CLI::PositiveNumber);
+  app.add_option("--n-layer", a.n_layer, "transformer blocks L")->check(CLI::PositiveNumber);
+  app.add_option("--n-head", a.n_head, "attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--n-embd", a.n_embd, "channels C")->check(CLI::PositiveNumber);
+  app.add_option("--vocab-multiple", a.vocab_multiple, "pad the vocabulary to a multiple of this (GPT-2: 128)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", a.lr, "peak learning rate")->check(CLI::NonNegativeNumber);
+  app.add_option("--min-lr-ratio", a.min_lr_ratio, "final lr as a fraction of the peak")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--warmup", a.warmup, "linear warmup steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay (matrices only)")->check(CLI::NonNegativeNumber);
+  app.add_option("--grad-clip", a.grad_clip, "global gradient-norm clip (0: off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--dropout", a.dropout, "dropout probability")->check(CLI::Range(0.0, 0.99));
+  app.add_option("--seed", a.seed, "seed of init, data order and sampling");
+  app.add_option("--grad-accum", a.grad_accum, "micro-batches per step")->check(CLI::PositiveNumber);
+  app.add_option("--eval-every", a.eval_every, "validation every N steps (0: off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--eval-batches", a.eval_batches, "batches per validation (and for --eval-only; 0: all)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--val-fraction", a.val_fraction, "fraction of the data held out")->check(CLI::Range(0.0, 0.9));
+  app.add_option("--save", a.save, "checkpoint directory, written at the end (and every --save-every steps)");
+  app.add_option("--save-every", a.save_every, "checkpoint every N steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--stop-after", a.stop_after,
+                 "stop (and save) after this step; the schedule still spans --steps (a preemption)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--resume", a.resume, "continue from this checkpoint directory (same trajectory)");
+  app.add_option("--init-from", a.init_from, "initialize from a GPT-2-layout safetensors file");
+  app.add_flag("--eval-only", a.eval_only, "print the loss on the data read in order from its start, then exit");
+  app.add_option("--sample", a.sample, "generate N bytes at the end")->check(CLI::NonNegativeNumber);
+  app.add_option("--prompt", a.prompt, "text to start sampling from");
+  app.add_option("--temperature", a.temperature, "sampling temperature")->check(CLI::PositiveNumber);
+  app.add_option("--top-k", a.top_k, "sample among the k most likely bytes (0: all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--metrics", a.metrics, "append a JSON line per step (and config, eval lines) to this file");
+  app.add_option("--log-every", a.log_every, "log a line every N steps when not on a terminal (default: 20 lines)")
+      ->check(CLI::NonNegativeNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "train_gpt: %s (see --help)\n", e.what());
+    return 2;
+  }
+  try {
+    return run(a, app);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "train_gpt: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\ntrain_gpt: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,271 @@
+#include "io/checkpoint.h"
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
+
+#include "io/file.h"
+#include "io/safetensors.h"
+#include "nn/layers.h"
+
+namespace zdl::io {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr const char* kStateFile = "state.safetensors";
+constexpr const char* kManifestFile = "checkpoint.json";
+constexpr const char* kOptimPrefix = "optim.";
+constexpr uint64_t kMaxManifestBytes = 64ull << 20;
+
+// "<parent>/.<name><suffix>": siblings of the checkpoint directory on the same file system.
+std::string sibling(const std::string& dir, const char* suffix) {
+  fs::path p = fs::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // "ckpt/" -> "ckpt"
+  std::string name(".");  // built with += : GCC 12 warns falsely (-Wrestrict) on "." + s + suffix
+  name += p.filename().string();
+  name += suffix;
+  return (p.parent_path() / name).string();
+}
+
+std::string parent_of(const std::string& dir) {
+  fs::path p = fs::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  std::string parent = p.parent_path().string();
+  return parent.empty() ? "." : parent;
+}
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::map<std::string, nn::Dropout*> dropout_modules(const nn::Module& model) {
+  std::map<std::string, nn::Dropout*> out;
+  for (auto& [name, m] : model.named_modules(/*include_self=*/true))
+    if (auto* d = dynamic_cast<nn::Dropout*>(m.get())) out[name.empty() ? "." : name] = d;
+  return out;
+}
+
+// The directory to load: <dir>, or the ".old" sibling left by an interrupted fallback save.
+std::string resolve_dir(const std::string& dir) {
+  if (fs::is_directory(dir)) return dir;
+  std::string old = sibling(dir, ".old");
+  if (fs::is_directory(old) && fs::exists(fs::path(old) / kManifestFile)) return old;
+  ZDL_CHECK(false, "checkpoint '", dir, "' does not exist (no directory there)");
+  return dir;
+}
+
+json read_manifest(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kManifestFile).string();
+  ZDL_CHECK(fs::exists(path), "checkpoint '", dir, "' has no ", kManifestFile, " (not a zdl checkpoint?)");
+  InputFile f(path);
+  ZDL_CHECK(f.size() <= kMaxManifestBytes, "checkpoint manifest '", path, "' is ", f.size(),
+            " bytes, more than the ", kMaxManifestBytes, " allowed (corrupted?)");
+  std::string text(f.size(), '\0');
+  f.read_exact(0, text.data(), text.size(), "the manifest");
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  ZDL_CHECK(!j.is_discarded() && j.is_object(), "checkpoint manifest '", path,
+            "' is not a JSON object (corrupted or truncated?)");
+  ZDL_CHECK(j.value("format", "") == "zdl-checkpoint", "checkpoint manifest '", path,
+            "' is not a zdl checkpoint (format=", j.contains("format") ? j["format"].dump() : "missing", ")");
+  ZDL_CHECK(j.contains("format_version") && j["format_version"].is_number_integer(), "checkpoint manifest '", path,
+            "' has no integer format_version");
+  const int64_t v = j["format_version"].get<int64_t>();
+  ZDL_CHECK(v <= kCheckpointFormatVersion, "checkpoint '", dir, "' has format_version ", v,
+            ", newer than the version ", kCheckpointFormatVersion, " this build reads: load it with a newer zdl");
+  ZDL_CHECK(v >= 1, "checkpoint manifest '", path, "' has invalid format_version ", v);
+  return j;
+}
+
+TrainState state_from_manifest(const json& j, const std::string& dir) {
+  TrainState st;
+  try {
+    st.step = j.at("step").get<int64_t>();
+    st.data_position = j.at("data_position").get<int64_t>();
+    st.counters = j.at("counters").get<std::map<std::string, uint64_t>>();
+    st.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
+  } catch (const json::exception& e) {
+    ZDL_CHECK(false, "checkpoint '", dir, "': ", kManifestFile, " has a missing or mistyped field: ", e.what());
+  }
+  return st;
+}
+
+}  // namespace
+
+uint64_t fnv1a64_file(const std::string& path) {
+  InputFile f(path);
+  uint64_t h = 0xcbf29ce484222325ull;
+  std::vector<unsigned char> buf(1 << 20);
+  for (uint64_t off = 0; off < f.size();) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), f.size() - off));
+    f.read_exact(off, buf.data(), n, "bytes to checksum");
+    for (size_t i = 0; i < n; ++i) h = (h ^ buf[i]) * 0x100000001b3ull;
+    off += n;
+  }
+  return h;
+}
+
+namespace {
+
+// std::filesystem reports failures (permissions, a full disk) as filesystem_error; callers of
+// io/ catch zdl::Error, so those are rethrown as one, naming the checkpoint.
+template <class F>
+auto with_fs_errors(const std::string& dir, const char* what, F&& f) {
+  try {
+    return f();
+  } catch (const fs::filesystem_error& e) {
+    ZDL_CHECK(false, what, "('", dir, "'): ", e.what());
+    throw;
+  }
+}
+
+void save_checkpoint_impl(const std::string& dir, const nn::Module& model, const optim::Optimizer& optimizer,
+                          const TrainState& state) {
+  NamedTensors tensors;
+  for (auto& [n, t] : model.state_dict()) {
+    ZDL_CHECK(n.rfind(kOptimPrefix, 0) != 0, "save_checkpoint('", dir, "'): model tensor '", n,
+              "' collides with the optimizer's '", kOptimPrefix, "' prefix");
+    tensors.emplace_back(n, t);
+  }
+  for (auto& [n, t] : optimizer.state()) tensors.emplace_back(kOptimPrefix + n, t);
+
+  const std::string parent = parent_of(dir), saving = sibling(dir, ".saving"), old = sibling(dir, ".old");
+  fs::create_directories(parent);
+  fs::remove_all(saving);  // debris of an interrupted save
+  if (fs::exists(dir)) fs::remove_all(old);  // only a backup when <dir> itself is missing
+  fs::create_directory(saving);
+
+  const std::string state_path = (fs::path(saving) / kStateFile).string();
+  save_safetensors(state_path, tensors, {{"format", "zdl-checkpoint"}});
+  json m;
+  m["format"] = "zdl-checkpoint";
+  m["format_version"] = kCheckpointFormatVersion;
+  m["step"] = state.step;
+  m["data_position"] = state.data_position;
+  m["counters"] = state.counters;
+  m["metadata"] = state.metadata;
+  json drop = json::object();
+  for (auto& [n, d] : dropout_modules(model)) drop[n] = {{"seed", d->seed}, {"stream", d->stream}, {"calls", d->calls}};
+  m["dropout"] = drop;
+  // Checksummed from the disk, not from memory: it covers what a later load will read.
+  m["files"][kStateFile] = {{"bytes", fs::file_size(state_path)}, {"fnv1a64", hex64(fnv1a64_file(state_path))}};
+  std::string text = m.dump(2) + "\n";
+  AtomicFileWriter w((fs::path(saving) / kManifestFile).string());
+  w.write(text.data(), text.size());
+  w.commit();  // also fsyncs `saving`
+
+  if (fs::exists(dir)) {
+    if (exchange_paths(saving, dir)) {
+      fsync_directory(parent);
+      fs::remove_all(saving);  // now the previous checkpoint
+      return;
+    }
+    rename_path(dir, old);  // no RENAME_EXCHANGE here: load falls back to `old` until the next line
+  }
+  rename_path(saving, dir);
+  fsync_directory(parent);
+  fs::remove_all(old);
+}
+
+TrainState load_checkpoint_impl(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer) {
+  const std::string d = resolve_dir(dir);
+  const json m = read_manifest(d);
+  TrainState st = state_from_manifest(m, dir);
+
+  // Integrity of the tensor file before any of it is parsed.
+  const std::string state_path = (fs::path(d) / kStateFile).string();
+  ZDL_CHECK(fs::exists(state_path), "checkpoint '", dir, "' has no ", kStateFile);
+  uint64_t want_bytes = 0;
+  std::string want_sum;
+  try {
+    want_bytes = m.at("files").at(kStateFile).at("bytes").get<uint64_t>();
+    want_sum = m.at("files").at(kStateFile).at("fnv1a64").get<std::string>();
+  } catch (const json::exception& e) {
+    ZDL_CHECK(false, "checkpoint '", dir, "': ", kManifestFile, " lacks the size/checksum of ", kStateFile, ": ",
+              e.what());
+  }
+  const uint64_t have_bytes = fs::file_size(state_path);
+  ZDL_CHECK(have_bytes == want_bytes, "checkpoint '", dir, "': ", kStateFile, " is ", have_bytes, " bytes but ",
+            want_bytes, " were written (", have_bytes < want_bytes ? "truncated" : "overwritten", ")");
+  const std::string have_sum = hex64(fnv1a64_file(state_path));
+  ZDL_CHECK(have_sum == want_sum, "checkpoint '", dir, "': ", kStateFile, " is corrupted (FNV-1a 64 checksum ",
+            have_sum, " != recorded ", want_sum, ")");
+
+  SafetensorsFile f = load_safetensors(state_path);
+  std::map<std::string, Tensor> model_sd;
+  NamedTensors optim_sd;
+  for (auto& [n, t] : f.tensors) {
+    if (n.rfind(kOptimPrefix, 0) == 0) optim_sd.emplace_back(n.substr(std::string(kOptimPrefix).size()), t);
+    else model_sd.emplace(n, t);
+  }
+
+  // Every difference in one message, before anything is changed.
+  std::string problems;
+  auto problem = [&](const std::string& p) { problems += (problems.empty() ? "" : "; ") + p; };
+  auto compare = [&](const NamedTensors& mine, std::map<std::string, Tensor> theirs, const std::string& prefix) {
+    for (auto& [n, t] : mine) {
+      auto it = theirs.find(n);
+      if (it == theirs.end()) {
+        problem("missing: " + prefix + n);
+        continue;
+      }
+      if (it->second.shape() != t.shape())
+        problem(prefix + n + " (expected " + shape_str(t.shape()) + ", got " + shape_str(it->second.shape()) + ")");
+      theirs.erase(it);
+    }
+    for (auto& [n, t] : theirs) problem("unexpected: " + prefix + n);
+  };
+  compare(model.state_dict(), model_sd, "");
+  compare(optimizer.state(), std::map<std::string, Tensor>(optim_sd.begin(), optim_sd.end()), kOptimPrefix);
+  auto drops = dropout_modules(model);
+  std::map<std::string, std::array<uint64_t, 3>> saved_drops;  // seed, stream, calls
+  try {
+    ZDL_CHECK(m.at("dropout").is_object(), "checkpoint '", dir, "': \"dropout\" in ", kManifestFile,
+              " must be an object");
+    for (const auto& it : m.at("dropout").items()) {
+      const json& v = it.value();
+      saved_drops[it.key()] = {v.at("seed").get<uint64_t>(), v.at("stream").get<uint64_t>(),
+                               v.at("calls").get<uint64_t>()};
+    }
+  } catch (const json::exception& e) {
+    ZDL_CHECK(false, "checkpoint '", dir, "': ", kManifestFile, " has a malformed \"dropout\" section: ", e.what());
+  }
+  for (auto& [n, d] : drops)
+    if (!saved_drops.count(n)) problem("missing dropout state: " + n);
+  for (auto& [n, c] : saved_drops)
+    if (!drops.count(n)) problem("unexpected dropout state: " + n);
+  ZDL_CHECK(problems.empty(), "checkpoint '", dir,
+            "' was saved from a different model or optimizer (names/shapes differ): ", problems);
+
+  model.load_state_dict(model_sd, /*strict=*/true);
+  optimizer.load_state(optim_sd);
+  for (auto& [n, d] : drops) {
+    auto [seed, stream, calls] = saved_drops.at(n);
+    d->seed = seed, d->stream = stream, d->calls = calls;
+  }
+  return st;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& dir, const nn::Module& model, const optim::Optimizer& optimizer,
+                     const TrainState& state) {
+  with_fs_errors(dir, "save_checkpoint", [&] { save_checkpoint_impl(dir, model, optimizer, state); });
+}
+
+TrainState load_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer) {
+  return with_fs_errors(dir, "load_checkpoint", [&] { return load_checkpoint_impl(dir, model, optimizer); });
+}
+
+TrainState read_train_state(const std::string& dir) {
+  return with_fs_errors(dir, "read_train_state", [&] { return state_from_manifest(read_manifest(resolve_dir(dir)), dir); });
+}
+
+}  // namespace zdl::io

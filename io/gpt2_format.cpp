@@ -1,0 +1,229 @@
+#include "io/gpt2_format.h"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include "autograd/grad_mode.h"
+
+namespace zdl::io {
+
+namespace {
+
+// One tensor of the GPT-2 file, with its shape in the file.
+struct Gpt2Tensor {
+  std::string name;
+  Shape file_shape;
+  bool conv1d = false;  // stored (in, out): transpose of zdl's Linear (out, in)
+  bool bias = false;    // absent from a bias=false model
+};
+
+// The file's tensors for L layers, width C, V vocabulary rows, T positions, in GPT-2's order.
+std::vector<Gpt2Tensor> gpt2_layout(int64_t L, int64_t C, int64_t V, int64_t T) {
+  std::vector<Gpt2Tensor> out = {{"wte.weight", {V, C}}, {"wpe.weight", {T, C}}};
+  for (int64_t i = 0; i < L; ++i) {
+    const std::string p = "h." + std::to_string(i) + ".";
+    out.push_back({p + "ln_1.weight", {C}});
+    out.push_back({p + "ln_1.bias", {C}, false, true});
+    out.push_back({p + "attn.c_attn.weight", {C, 3 * C}, true});
+    out.push_back({p + "attn.c_attn.bias", {3 * C}, false, true});
+    out.push_back({p + "attn.c_proj.weight", {C, C}, true});
+    out.push_back({p + "attn.c_proj.bias", {C}, false, true});
+    out.push_back({p + "ln_2.weight", {C}});
+    out.push_back({p + "ln_2.bias", {C}, false, true});
+    out.push_back({p + "mlp.c_fc.weight", {C, 4 * C}, true});
+    out.push_back({p + "mlp.c_fc.bias", {4 * C}, false, true});
+    out.push_back({p + "mlp.c_proj.weight", {4 * C, C}, true});
+    out.push_back({p + "mlp.c_proj.bias", {C}, false, true});
+  }
+  out.push_back({"ln_f.weight", {C}});
+  out.push_back({"ln_f.bias", {C}, false, true});
+  return out;
+}
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+
+// Block index of "h.<i>.<rest>", or -1.
+int64_t block_index(const std::string& name, std::string* rest = nullptr) {
+  if (!starts_with(name, "h.")) return -1;
+  size_t i = 2, j = i;
+  while (j < name.size() && std::isdigit(static_cast<unsigned char>(name[j]))) ++j;
+  if (j == i || j - i > 9 || j >= name.size() || name[j] != '.') return -1;
+  if (rest) *rest = name.substr(j + 1);
+  return std::stoll(name.substr(i, j - i));
+}
+
+// File name -> the name GPT-2 loaders use, or "" for entries that are ignored on import
+// (tied lm_head, HF's causal-mask buffers).
+std::string canonical_name(const std::string& file_name) {
+  std::string n = starts_with(file_name, "transformer.") ? file_name.substr(12) : file_name;
+  if (n == "lm_head.weight") return "";
+  std::string rest;
+  if (block_index(n, &rest) >= 0 && (rest == "attn.bias" || rest == "attn.masked_bias")) return "";
+  return n;
+}
+
+int64_t metadata_int(const std::string& path, const Metadata& m, const std::string& key) {
+  auto it = m.find(key);
+  if (it == m.end()) return 0;
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(it->second, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  ZDL_CHECK(used == it->second.size() && !it->second.empty() && v > 0, "GPT-2 file '", path, "': metadata ", key,
+            "='", it->second, "' is not a positive integer");
+  return v;
+}
+
+}  // namespace
+
+void export_gpt2(const nn::GPT& model, const std::string& path, const Metadata& extra_metadata) {
+  const nn::GPTConfig& cfg = model.config;
+  std::map<std::string, Tensor> params;
+  for (auto& [n, t] : model.named_parameters()) params[n] = t;
+  NoGradGuard ng;
+  NamedTensors out;
+  for (const auto& e : gpt2_layout(cfg.n_layer, cfg.n_embd, cfg.vocab_size, cfg.block_size)) {
+    auto it = params.find(e.name);
+    if (it == params.end()) {
+      ZDL_CHECK(e.bias && !cfg.bias, "export_gpt2('", path, "'): the model has no parameter '", e.name, "'");
+      // bias=false: GPT-2 loaders expect a bias; zero is the same function.
+      Tensor w = params.at(e.name.substr(0, e.name.size() - 4) + "weight");
+      out.emplace_back(e.name, Tensor::zeros(e.file_shape, w.dtype()));
+      continue;
+    }
+    Tensor t = it->second.detach();
+    if (e.name == "wte.weight" && t.size(0) != cfg.vocab_size) t = slice(t, 0, 0, cfg.vocab_size);  // drop padding
+    if (e.conv1d) t = transpose(t, 0, 1);  // (out, in) -> Conv1D (in, out); the writer makes it contiguous
+    ZDL_CHECK(t.shape() == e.file_shape, "export_gpt2: '", e.name, "' has shape=", shape_str(t.shape()),
+              ", GPT-2 layout wants ", shape_str(e.file_shape));
+    out.emplace_back(e.name, t);
+  }
+  Metadata meta = extra_metadata;
+  meta["format"] = "zdl-gpt2";
+  meta["n_layer"] = std::to_string(cfg.n_layer);
+  meta["n_head"] = std::to_string(cfg.n_head);
+  meta["n_embd"] = std::to_string(cfg.n_embd);
+  meta["vocab_size"] = std::to_string(cfg.vocab_size);
+  meta["padded_vocab_size"] = std::to_string(cfg.padded_vocab());
+  meta["block_size"] = std::to_string(cfg.block_size);
+  save_safetensors(path, out, meta);
+}
+
+nn::GPTConfig config_from_gpt2_file(const std::string& path, const GPT2ConfigOverrides& overrides) {
+  SafetensorsHeader h = read_safetensors_header(path);
+  std::map<std::string, const SafetensorsEntry*> by_name;
+  for (const auto& e : h.entries) {
+    std::string n = canonical_name(e.name);
+    if (!n.empty()) by_name[n] = &e;
+  }
+  auto need_2d = [&](const std::string& n) {
+    auto it = by_name.find(n);
+    ZDL_CHECK(it != by_name.end(), "GPT-2 file '", path, "' has no '", n, "' (not a GPT-2 checkpoint?)");
+    ZDL_CHECK(it->second->shape.size() == 2, "GPT-2 file '", path, "': '", n, "' must be 2-D, got shape=",
+              shape_str(it->second->shape));
+    return it->second->shape;
+  };
+  Shape wte = need_2d("wte.weight"), wpe = need_2d("wpe.weight");
+  ZDL_CHECK(wte[1] == wpe[1], "GPT-2 file '", path, "': wte width ", wte[1], " != wpe width ", wpe[1]);
+
+  std::set<int64_t> blocks;
+  for (auto& [n, e] : by_name)
+    if (int64_t i = block_index(n); i >= 0) blocks.insert(i);
+  ZDL_CHECK(!blocks.empty(), "GPT-2 file '", path, "' has no h.{i} blocks");
+  const int64_t L = static_cast<int64_t>(blocks.size());
+  ZDL_CHECK(*blocks.rbegin() == L - 1, "GPT-2 file '", path, "': blocks are not numbered 0..", L - 1,
+            " (highest is h.", *blocks.rbegin(), ")");
+
+  nn::GPTConfig cfg;
+  cfg.n_layer = L;
+  cfg.n_embd = wte[1];
+  cfg.block_size = wpe[0];
+  cfg.vocab_size = wte[0];
+  // A file that stores padded rows (llm.c style) says the real vocabulary in its metadata.
+  if (int64_t v = metadata_int(path, h.metadata, "vocab_size"); v > 0 && v < wte[0]) {
+    cfg.vocab_size = v;
+    cfg.padded_vocab_size = wte[0];
+  }
+  if (overrides.padded_vocab_size > 0) cfg.padded_vocab_size = overrides.padded_vocab_size;
+  else if (int64_t p = metadata_int(path, h.metadata, "padded_vocab_size"); p > cfg.vocab_size) cfg.padded_vocab_size = p;
+
+  const int64_t meta_heads = metadata_int(path, h.metadata, "n_head");
+  ZDL_CHECK(meta_heads > 0 || overrides.n_head > 0, "GPT-2 file '", path,
+            "' does not record n_head (HF files keep it in config.json): pass it in the overrides, e.g. "
+            "{.n_head = 12} for GPT-2 small");
+  ZDL_CHECK(meta_heads == 0 || overrides.n_head == 0 || meta_heads == overrides.n_head, "GPT-2 file '", path,
+            "' was written with n_head=", meta_heads, " but the overrides say n_head=", overrides.n_head);
+  cfg.n_head = overrides.n_head > 0 ? overrides.n_head : meta_heads;
+  cfg.bias = by_name.count("ln_f.bias") > 0;
+  cfg.dropout = overrides.dropout;
+  cfg.validate();
+  return cfg;
+}
+
+void load_gpt2(nn::GPT& model, const std::string& path) {
+  const nn::GPTConfig& cfg = model.config;
+  SafetensorsFile f = load_safetensors(path);
+  std::map<std::string, Tensor> file;
+  std::string problems;
+  auto problem = [&](const std::string& p) { problems += (problems.empty() ? "" : "; ") + p; };
+  for (auto& [n, t] : f.tensors) {
+    std::string c = canonical_name(n);
+    if (c.empty()) continue;
+    if (!file.emplace(c, t).second) problem("duplicate: " + c + " (with and without 'transformer.')");
+  }
+  std::map<std::string, Tensor> params;
+  for (auto& [n, t] : model.named_parameters()) params[n] = t;
+
+  const int64_t V = cfg.vocab_size, Vp = cfg.padded_vocab(), C = cfg.n_embd;
+  auto layout = gpt2_layout(cfg.n_layer, C, V, cfg.block_size);
+  std::vector<std::pair<const Gpt2Tensor*, Tensor>> to_copy;
+  for (const auto& e : layout) {
+    auto it = file.find(e.name);
+    if (it == file.end()) {
+      if (!(e.bias && !params.count(e.name))) problem("missing: " + e.name);  // bias=false files may omit biases
+      continue;
+    }
+    Tensor src = it->second;
+    file.erase(it);
+    bool shape_ok = src.shape() == e.file_shape || (e.name == "wte.weight" && src.shape() == Shape{Vp, C});
+    if (!shape_ok) {
+      problem(e.name + " (expected " + shape_str(e.file_shape) +
+              (e.name == "wte.weight" && Vp != V ? " or " + shape_str({Vp, C}) : "") + ", got " +
+              shape_str(src.shape()) + ")");
+      continue;
+    }
+    if (!params.count(e.name)) {
+      ZDL_CHECK(e.bias, "load_gpt2: the model has no parameter '", e.name, "'");
+      bool zero = true;
+      for (double v : src.to_vector()) zero = zero && v == 0.0;
+      if (!zero) problem(e.name + " is non-zero but the model has bias=false");
+      continue;
+    }
+    to_copy.emplace_back(&e, src);
+  }
+  for (auto& [n, t] : file) problem("unexpected: " + n);
+  ZDL_CHECK(problems.empty(), "load_gpt2('", path, "'): the file does not match the model (n_layer=", cfg.n_layer,
+            ", n_embd=", C, ", vocab_size=", V, ", padded_vocab=", Vp, ", block_size=", cfg.block_size,
+            "): ", problems);
+
+  NoGradGuard ng;
+  for (auto& [e, src] : to_copy) {
+    Tensor dst = params.at(e->name);
+    if (e->conv1d) {
+      dst.copy_(transpose(src, 0, 1));  // Conv1D (in, out) -> Linear (out, in)
+    } else if (e->name == "wte.weight" && src.size(0) != dst.size(0)) {
+      // V rows into a (Vp, C) table: padding rows are zero (no real token reaches them).
+      Tensor full = Tensor::zeros(dst.shape(), src.dtype());
+      Tensor::from_storage(full.storage(), src.shape(), contiguous_strides(src.shape()), 0, src.dtype()).copy_(src);
+      dst.copy_(full);
+    } else {
+      dst.copy_(src);
+    }
+  }
+}
+
+}  // namespace zdl::io

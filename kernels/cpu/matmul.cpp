@@ -1,0 +1,136 @@
+#include "kernels/cpu/matmul.h"
+
+#include <algorithm>
+
+#include <Eigen/Core>
+#include <omp.h>
+
+#include "core/check.h"
+#include "kernels/cpu/parallel.h"
+
+namespace zdl::kernels::cpu {
+
+namespace {
+
+// Read-only views of a strided buffer as an Eigen matrix. A row-major [R, C] buffer with
+// leading dimension ld is, read the other way, a column-major [C, R] matrix with the same
+// outer stride: that is how op(X) = X^T is formed without moving a byte.
+template <class T>
+using RowMajorView = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>,
+                                Eigen::Unaligned, Eigen::OuterStride<>>;
+template <class T>
+using ColMajorView = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>,
+                                Eigen::Unaligned, Eigen::OuterStride<>>;
+template <class T>
+using RowMajorOut =
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+// Products smaller than this (M*N*K) gain nothing from Eigen's own threading (its heuristic
+// gives each thread at least ~50k multiply-adds), so a batch of them is split over threads.
+constexpr int64_t kSmallProduct = int64_t{1} << 18;
+
+void check_dims(int64_t M, int64_t N, int64_t K, bool trans_a, int64_t lda, bool trans_b, int64_t ldb, int64_t ldc) {
+  ZDL_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M=", M, " N=", N, " K=", K);
+  // Leading dimensions must cover a stored row: A is [M,K] (or [K,M] when transposed), etc.
+  ZDL_CHECK(lda >= (trans_a ? M : K) && lda >= 1, "gemm: lda=", lda, " too small for A ", trans_a ? "[K,M]=[" : "[M,K]=[",
+            trans_a ? K : M, ",", trans_a ? M : K, "]");
+  ZDL_CHECK(ldb >= (trans_b ? K : N) && ldb >= 1, "gemm: ldb=", ldb, " too small for B ", trans_b ? "[N,K]=[" : "[K,N]=[",
+            trans_b ? N : K, ",", trans_b ? K : N, "]");
+  ZDL_CHECK(ldc >= N && ldc >= 1, "gemm: ldc=", ldc, " too small for C [M,N]=[", M, ",", N, "]");
+}
+
+template <class T>
+void gemm_unchecked(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b, const T* b,
+                    int64_t ldb, T* c, int64_t ldc, bool accumulate) {
+  if (M == 0 || N == 0) return;
+  RowMajorOut<T> C(c, M, N, Eigen::OuterStride<>(ldc));
+  if (K == 0) {
+    if (!accumulate) C.setZero();
+    return;
+  }
+  auto run = [&](const auto& A, const auto& B) {
+    if (accumulate) C.noalias() += A * B;
+    else C.noalias() = A * B;
+  };
+  // op(A) is [M, K]: stored row-major as is, or as its row-major transpose [K, M].
+  auto with_a = [&](const auto& A) {
+    if (trans_b) run(A, ColMajorView<T>(b, K, N, Eigen::OuterStride<>(ldb)));
+    else run(A, RowMajorView<T>(b, K, N, Eigen::OuterStride<>(ldb)));
+  };
+  if (trans_a) with_a(ColMajorView<T>(a, M, K, Eigen::OuterStride<>(lda)));
+  else with_a(RowMajorView<T>(a, M, K, Eigen::OuterStride<>(lda)));
+}
+
+}  // namespace
+
+template <class T>
+void gemm(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b, const T* b,
+          int64_t ldb, T* c, int64_t ldc, bool accumulate) {
+  check_dims(M, N, K, trans_a, lda, trans_b, ldb, ldc);
+  gemm_unchecked(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
+}
+
+template <class T>
+void gemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda,
+                  int64_t stride_a, bool trans_b, const T* b, int64_t ldb, int64_t stride_b, T* c, int64_t ldc,
+                  int64_t stride_c, bool accumulate) {
+  check_dims(M, N, K, trans_a, lda, trans_b, ldb, ldc);
+  ZDL_CHECK(batch >= 0, "gemm_batched: negative batch ", batch);
+  ZDL_CHECK(batch <= 1 || stride_c != 0, "gemm_batched: stride_c == 0 with batch ", batch,
+            " would race; fold the batch into K to sum products");
+  auto one = [&](int64_t i) {
+    gemm_unchecked(M, N, K, trans_a, a + i * stride_a, lda, trans_b, b + i * stride_b, ldb, c + i * stride_c, ldc,
+                   accumulate);
+  };
+  // Split the batch over threads when that balances (every thread gets the same number of
+  // products, or many each) or when each product is too small for Eigen to split; otherwise
+  // run the products one after another, each spread over all threads by Eigen.
+  const int64_t nt = omp_get_max_threads();
+  const int64_t work = M * N * K;
+  const bool over_batch = batch > 1 && nt > 1 && !omp_in_parallel() && batch * work >= kSmallProduct / 4 &&
+                          (batch % nt == 0 || batch >= 4 * nt || work < kSmallProduct);
+  if (over_batch) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < batch; ++i) one(i);
+  } else {
+    for (int64_t i = 0; i < batch; ++i) one(i);
+  }
+}
+
+template <class T>
+void fill_rows(int64_t rows, int64_t cols, const T* row, T* out) {
+  parallel_for(rows, cols, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) std::copy(row, row + cols, out + r * cols);
+  });
+}
+
+template <class T>
+void gemm_reference(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b,
+                    const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate) {
+  check_dims(M, N, K, trans_a, lda, trans_b, ldb, ldc);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = accumulate ? static_cast<double>(c[m * ldc + n]) : 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        T av = trans_a ? a[k * lda + m] : a[m * lda + k];
+        T bv = trans_b ? b[n * ldb + k] : b[k * ldb + n];
+        acc += static_cast<double>(av) * static_cast<double>(bv);
+      }
+      c[m * ldc + n] = static_cast<T>(acc);
+    }
+  }
+}
+
+#define ZDL_INSTANTIATE(T)                                                                                        \
+  template void gemm<T>(int64_t, int64_t, int64_t, bool, const T*, int64_t, bool, const T*, int64_t, T*, int64_t, \
+                        bool);                                                                                    \
+  template void gemm_batched<T>(int64_t, int64_t, int64_t, int64_t, bool, const T*, int64_t, int64_t, bool,        \
+                                const T*, int64_t, int64_t, T*, int64_t, int64_t, bool);                          \
+  template void fill_rows<T>(int64_t, int64_t, const T*, T*);                                                     \
+  template void gemm_reference<T>(int64_t, int64_t, int64_t, bool, const T*, int64_t, bool, const T*, int64_t, T*, \
+                                  int64_t, bool);
+ZDL_INSTANTIATE(float)
+ZDL_INSTANTIATE(double)
+#undef ZDL_INSTANTIATE
+
+}  // namespace zdl::kernels::cpu

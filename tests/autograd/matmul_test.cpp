@@ -1,0 +1,182 @@
+// matmul and linear: gradients against finite differences (f64), forward against a plain
+// triple loop (f32), transposed layouts read in place, and shape/dtype errors that show both
+// sides.
+#include <cmath>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "gradcheck.h"
+#include "kernels/cpu/matmul.h"
+
+namespace zdl {
+
+using testing::expect_gradcheck;
+using testing::rand_leaf;
+using testing::rand_noncontiguous_leaf;
+
+namespace {
+
+Tensor mm(const std::vector<Tensor>& x) { return matmul(x[0], x[1]); }
+
+// c[m, n] = sum_k a[m, k] b[k, n] over any layout, in double: the independent oracle.
+std::vector<double> naive_matmul(const Tensor& a, const Tensor& b) {
+  std::vector<double> av = a.to_vector(), bv = b.to_vector();
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  std::vector<double> c(static_cast<size_t>(M * N), 0.0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < K; ++k) acc += av[m * K + k] * bv[k * N + n];
+      c[m * N + n] = acc;
+    }
+  return c;
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tol) << "element " << i;
+}
+
+// Runs f, expects a zdl::Error whose message contains every needle.
+template <class F>
+void expect_error_mentions(F f, const std::vector<std::string>& needles) {
+  try {
+    f();
+    ADD_FAILURE() << "expected a zdl::Error";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+  }
+}
+
+}  // namespace
+
+TEST(Matmul, GradientsTwoD) { expect_gradcheck(mm, {rand_leaf({3, 5}, 1), rand_leaf({5, 7}, 2)}); }
+
+TEST(Matmul, GradientsBatchedWithSharedB) {
+  expect_gradcheck(mm, {rand_leaf({2, 3, 5}, 3), rand_leaf({5, 4}, 4)});
+  expect_gradcheck(mm, {rand_leaf({2, 3, 3, 5}, 5), rand_leaf({5, 4}, 6)});
+}
+
+TEST(Matmul, GradientsBatchedWithSameLeadingDims) {
+  expect_gradcheck(mm, {rand_leaf({2, 3, 5}, 7), rand_leaf({2, 5, 4}, 8)});
+  expect_gradcheck(mm, {rand_leaf({2, 3, 4, 5}, 9), rand_leaf({2, 3, 5, 6}, 10)});
+}
+
+TEST(Matmul, GradientsNonContiguousInputs) {
+  // Transposed layouts map onto the kernels' transpose flags (no copy).
+  expect_gradcheck(mm, {rand_noncontiguous_leaf({3, 5}, 11), rand_noncontiguous_leaf({5, 7}, 12)});
+  expect_gradcheck(mm, {rand_noncontiguous_leaf({2, 3, 5}, 13), rand_noncontiguous_leaf({2, 5, 4}, 14)});
+  // Batched a with transposed matrices and a shared b: a cannot fold into rows, so it is copied.
+  expect_gradcheck(mm, {rand_noncontiguous_leaf({2, 3, 5}, 15), rand_noncontiguous_leaf({5, 4}, 16)});
+}
+
+TEST(Matmul, GradientsThroughViewsOfOutput) {
+  // A permuted (non-contiguous) gradient arrives at matmul's backward.
+  expect_gradcheck([](const std::vector<Tensor>& x) { return transpose(matmul(x[0], x[1]), 0, 2); },
+                   {rand_leaf({2, 3, 5}, 17), rand_leaf({2, 5, 4}, 18)});
+  // Attention-shaped: q [B,NH,T,HS] @ k^T.
+  expect_gradcheck([](const std::vector<Tensor>& x) { return matmul(x[0], transpose(x[1], -1, -2)); },
+                   {rand_leaf({2, 2, 3, 4}, 19), rand_leaf({2, 2, 3, 4}, 20)});
+}
+
+TEST(Matmul, ForwardMatchesTripleLoopF32) {
+  Tensor a = Tensor::randn({37, 53}, 21), b = Tensor::randn({53, 29}, 22);
+  expect_close(matmul(a, b).to_vector(), naive_matmul(a, b), 1e-4);
+  // Same values through transposed views.
+  Tensor at = transpose(contiguous(transpose(a, 0, 1)), 0, 1), bt = transpose(contiguous(transpose(b, 0, 1)), 0, 1);
+  ASSERT_FALSE(at.is_contiguous());
+  expect_close(matmul(at, bt).to_vector(), naive_matmul(a, b), 1e-4);
+}
+
+TEST(Matmul, LargeProductUsesAllThreadsAndMatchesReference) {
+  // Big enough for Eigen to split over threads; batched with many small matrices too.
+  Tensor a = Tensor::randn({4, 130, 70}, 23), b = Tensor::randn({4, 70, 90}, 24);
+  Tensor c = matmul(a, b);
+  std::vector<double> got = c.to_vector();
+  for (int64_t i = 0; i < 4; ++i) {
+    Tensor ai = reshape(slice(a, 0, i, i + 1), {130, 70}), bi = reshape(slice(b, 0, i, i + 1), {70, 90});
+    std::vector<double> want = naive_matmul(ai, bi);
+    std::vector<double> part(got.begin() + i * 130 * 90, got.begin() + (i + 1) * 130 * 90);
+    expect_close(part, want, 1e-3);
+  }
+  Tensor s = Tensor::randn({64, 5, 6}, 25), t = Tensor::randn({64, 6, 3}, 26);
+  std::vector<double> got_small = matmul(s, t).to_vector();
+  std::vector<double> want0 = naive_matmul(reshape(slice(s, 0, 63, 64), {5, 6}), reshape(slice(t, 0, 63, 64), {6, 3}));
+  expect_close(std::vector<double>(got_small.end() - 15, got_small.end()), want0, 1e-4);
+}
+
+TEST(Matmul, KernelTransposeFlagsMatchReference) {
+  // Every (trans_a, trans_b, accumulate) combination of the Eigen kernel against its plain twin,
+  // with leading dimensions larger than the rows.
+  const int64_t M = 7, N = 5, K = 6, ld = 9;
+  std::vector<double> a(static_cast<size_t>(ld * 9)), b(a.size()), c0(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = std::sin(0.3 * i);
+    b[i] = std::cos(0.7 * i);
+    c0[i] = 0.01 * i;
+  }
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (bool acc : {false, true}) {
+        std::vector<double> c = c0, r = c0;
+        kernels::cpu::gemm<double>(M, N, K, ta, a.data(), ld, tb, b.data(), ld, c.data(), ld, acc);
+        kernels::cpu::gemm_reference<double>(M, N, K, ta, a.data(), ld, tb, b.data(), ld, r.data(), ld, acc);
+        expect_close(c, r, 1e-12);
+      }
+}
+
+TEST(Matmul, EmptyInnerDimensionGivesZeros) {
+  Tensor c = matmul(Tensor::ones({3, 0}), Tensor::ones({0, 4}));
+  EXPECT_EQ(c.shape(), (Shape{3, 4}));
+  for (double v : c.to_vector()) EXPECT_EQ(v, 0.0);
+}
+
+TEST(Linear, GradientsWithBias) {
+  expect_gradcheck([](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); },
+                   {rand_leaf({2, 3, 5}, 31), rand_leaf({4, 5}, 32), rand_leaf({4}, 33)});
+}
+
+TEST(Linear, GradientsWithoutBias) {
+  expect_gradcheck([](const std::vector<Tensor>& x) { return linear(x[0], x[1], Tensor()); },
+                   {rand_leaf({2, 3, 5}, 34), rand_leaf({4, 5}, 35)});
+}
+
+TEST(Linear, GradientsNonContiguousAndOneD) {
+  expect_gradcheck([](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); },
+                   {rand_noncontiguous_leaf({2, 3, 5}, 36), rand_noncontiguous_leaf({4, 5}, 37), rand_leaf({4}, 38)});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); },
+                   {rand_leaf({5}, 39), rand_leaf({4, 5}, 40), rand_leaf({4}, 41)});
+}
+
+TEST(Linear, MatchesMatmulPlusBias) {
+  Tensor x = Tensor::randn({6, 11}, 42), w = Tensor::randn({3, 11}, 43), b = Tensor::randn({3}, 44);
+  expect_close(linear(x, w, b).to_vector(), add(matmul(x, transpose(w, 0, 1)), b).to_vector(), 1e-5);
+}
+
+TEST(Matmul, ShapeErrorsShowBothShapes) {
+  const auto npos = std::string::npos;
+  try {
+    matmul(Tensor::ones({3, 5}), Tensor::ones({4, 7}));
+    ADD_FAILURE() << "expected a zdl::Error";
+  } catch (const zdl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[3,5]"), npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[4,7]"), npos) << e.what();
+  }
+  expect_error_mentions([] { matmul(Tensor::ones({2, 3, 5}), Tensor::ones({3, 5, 4})); }, {"[2,3,5]", "[3,5,4]"});
+  expect_error_mentions([] { matmul(Tensor::ones({3, 5}), Tensor::ones({2, 5, 4})); }, {"[3,5]", "[2,5,4]"});
+  expect_error_mentions([] { matmul(Tensor::ones({5}), Tensor::ones({5, 4})); }, {"[5]", "[5,4]"});
+  expect_error_mentions([] { linear(Tensor::ones({4, 64, 512}), Tensor::ones({3, 768}), Tensor()); },
+                        {"768", "512", "[4,64,512]", "[3,768]"});
+  expect_error_mentions([] { linear(Tensor::ones({2, 5}), Tensor::ones({3, 5}), Tensor::ones({4})); },
+                        {"[4]", "[3,5]"});
+}
+
+TEST(Matmul, DtypeMismatchIsAnError) {
+  expect_error_mentions([] { matmul(Tensor::ones({3, 5}), Tensor::ones({5, 2}, DType::F64)); }, {"f32", "f64"});
+  expect_error_mentions([] { linear(Tensor::ones({3, 5}), Tensor::ones({2, 5}), Tensor::ones({2}, DType::F64)); },
+                        {"f32", "f64"});
+}
+
+}  // namespace zdl
