@@ -29,8 +29,13 @@ void AsyncWork::wait() {
     finisher.swap(finisher_);
   }
   // Outside the lock: the finisher may touch the GPU. It runs once; the buffers it reads stay
-  // alive with this object.
+  // alive until it has run.
   if (finisher) finisher();
+  // Done: let go of the tensors now, not when the last holder of this object (possibly the
+  // communication thread) drops it, so a buffer the caller frees after wait() is really gone.
+  std::lock_guard<std::mutex> lock(mu_);
+  tensors_.clear();
+  buffers_.clear();
 }
 
 bool AsyncWork::done() {

@@ -42,7 +42,7 @@ class AsyncWork final : public Work {
   // Runs once on the waiting thread after a successful wait (e.g. copying a staged result back
   // to the GPU on the caller's stream). An exception from it is rethrown by that wait().
   void set_finisher(std::function<void()> f) { finisher_ = std::move(f); }
-  // Keeps tensors and buffers alive until the work is destroyed.
+  // Keeps tensors and buffers alive until a successful wait() returns (or the work is destroyed).
   void keep_alive(Tensor t) { tensors_.push_back(std::move(t)); }
   void keep_alive(std::shared_ptr<void> p) { buffers_.push_back(std::move(p)); }
 

@@ -13,7 +13,6 @@
 #include <functional>
 #include <iostream>
 #include <mutex>
-#include <optional>
 #include <thread>
 
 #include "core/device_copy.h"
@@ -200,14 +199,20 @@ struct MpiCommunicator::State {
   void submit(const std::shared_ptr<AsyncWork>& work, std::function<void()> fn) {
     {
       std::lock_guard<std::mutex> lock(mu);
-      queue.emplace_back([work, fn = std::move(fn)] {
+      queue.emplace_back([work, fn = std::move(fn)]() mutable {
+        // The closure holds the collective's tensors: drop it before waking the waiter, so a
+        // buffer the caller frees right after wait() is really gone (the memory ledger and
+        // ZeRO-3's released storages depend on it).
+        auto body = std::move(fn);
         try {
           auto mpi_lock = MpiRuntime::get().lock();
-          fn();
+          body();
         } catch (const std::exception& e) {
+          body = nullptr;
           work->fail(e.what());
           return;
         }
+        body = nullptr;
         work->complete();
       });
     }

@@ -42,6 +42,13 @@ const char* event_name(int e) {
 // The master (optimizer) dtype for a compute dtype: f64 stays f64, everything else is f32.
 DType master_dtype(DType compute) { return compute == DType::F64 ? DType::F64 : DType::F32; }
 
+// True when module `name` is one of `prefixes` (or_self) or lies below one of them.
+bool is_under(const std::string& name, const std::vector<std::string>& prefixes, bool or_self) {
+  return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) {
+    return (or_self && name == p) || name.rfind(p + ".", 0) == 0;
+  });
+}
+
 Tensor flat_view(const Storage& s, int64_t begin, int64_t n, DType t) {
   return Tensor::from_storage(s, {n}, {1}, begin, t);
 }
@@ -258,9 +265,7 @@ void ZeroPartitioner::wrap(nn::Module& model) {
   std::set<const TensorImpl*> assigned;
   std::vector<std::string> unit_prefixes;
   for (auto& [name, m] : model.named_modules(/*include_self=*/false)) {
-    bool nested = std::any_of(unit_prefixes.begin(), unit_prefixes.end(),
-                              [&](const std::string& p) { return name.rfind(p + ".", 0) == 0; });
-    if (nested || !options_.is_unit(*m)) continue;
+    if (is_under(name, unit_prefixes, false) || !options_.is_unit(*m)) continue;
     std::vector<std::pair<std::string, Tensor>> params;
     for (auto& [pn, p] : m->named_parameters()) {
       ZDL_CHECK(!assigned.count(p.impl()), comm_->prefix(), " parameter '", name, ".", pn,
@@ -284,9 +289,7 @@ void ZeroPartitioner::wrap(nn::Module& model) {
   for (auto& u : units_)
     for (auto& [name, m] : model.named_modules(false)) {
       if (name.rfind(u->name + ".", 0) == 0 || name == u->name) continue;
-      bool inside_unit = std::any_of(unit_prefixes.begin(), unit_prefixes.end(),
-                                     [&](const std::string& p) { return name == p || name.rfind(p + ".", 0) == 0; });
-      if (inside_unit) continue;
+      if (is_under(name, unit_prefixes, true)) continue;
       for (auto& [pn, p] : m->local_parameters())
         for (auto& s : u->slots)
           ZDL_CHECK(!s.param.same(p), comm_->prefix(), " parameter '", s.name, "' of unit ", u->name,

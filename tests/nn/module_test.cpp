@@ -113,8 +113,9 @@ TEST(Module, InitIsDeterministicPerContextAndShardable) {
 TEST(Module, HooksFireInOrderAndPostBackwardOncePerPass) {
   auto m = std::make_shared<TwoLayer>();
   std::vector<std::string> events;
-  for (auto& [name, mod] : m->named_modules(false)) {
-    std::string n = name;
+  for (auto& entry : m->named_modules(false)) {
+    std::string n = entry.first;
+    Module* mod = entry.second.get();
     mod->register_forward_pre_hook([&events, n](Module&, const TensorList&) { events.push_back("pre " + n); });
     mod->register_forward_post_hook(
         [&events, n](Module&, const TensorList&, const TensorList&) { events.push_back("post " + n); });
