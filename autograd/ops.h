@@ -6,6 +6,11 @@
 //   Tensor loss = zdl::cross_entropy(logits.reshape({B*T, V}), targets.reshape({B*T}));
 //   loss.backward();
 //
+// Dtypes: f32 and f64 everywhere; bf16 too. On the CPU a bf16 op casts its inputs to f32,
+// computes there and casts the result back (autograd/ops/bf16_compute.h), so its gradients are
+// bf16 again; cross_entropy of bf16 logits returns an f32 loss. All floating arguments of one
+// op must share a dtype (mixed bf16/f32 throws naming both).
+//
 // Shape alphabet: B batch, T time, C channels, NH heads, HS head size, V vocab.
 #pragma once
 #include <cstdint>
@@ -33,9 +38,10 @@ Tensor tanh(const Tensor& a);
 Tensor square(const Tensor& a);
 // Differentiable dtype cast (e.g. f32 master weights -> bf16 compute copy).
 Tensor cast(const Tensor& a, DType dtype);
-// In place, no graph: dst += src (src broadcast to dst's shape). For gradient accumulation.
+// In place, no graph: dst += src (src broadcast to dst's shape; dst may be a strided view).
+// For gradient accumulation. bf16 adds in f32 and rounds to nearest even on store.
 void add_(const Tensor& dst, const Tensor& src);
-// In place, no graph: dst *= s.
+// In place, no graph: dst *= s (dst contiguous). bf16 multiplies in f32, rounds on store.
 void scale_(const Tensor& dst, double s);
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
@@ -96,6 +102,7 @@ Tensor softmax(const Tensor& x, int64_t dim = -1);
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 // Mean cross-entropy of logits [N, V] against targets [N] (i32/i64); targets equal to
 // ignore_index are skipped. Fused: softmax and loss in one pass, backward from saved stats.
+// The loss has the logits' dtype, except for bf16 logits: then it is f32.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -1);
 // Inverted dropout with probability p; the mask of element i is a pure function of
 // (seed, stream, i), so it is reproducible and shardable. Identity when !training or p == 0.

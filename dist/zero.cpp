@@ -296,7 +296,13 @@ void ZeroPartitioner::wrap(nn::Module& model) {
                     " is also used by module '", name, "' outside that unit; tied parameters must live in one unit");
     }
   ParamUnit* root = rest.empty() ? nullptr : &make_unit("<root>", rest);
-  for (auto& u : units_) allocate(*u);
+  try {
+    for (auto& u : units_) allocate(*u);
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError(detail::str(comm_->prefix(), " placing the model's states under ", stage_name(stage()),
+                                       " (", num_parameters(), " parameters on ", comm_->size(), " ranks): ", e.what(),
+                                       "; shard more (a higher --zero-stage or more ranks) or raise the cap"));
+  }
   if (root) install_hooks(model, root);
   wrapped_ = true;
   comm_->barrier();
@@ -421,6 +427,11 @@ double ZeroPartitioner::clip_grad_norm(double max_norm) {
 }
 
 void ZeroPartitioner::after_optimizer_step() {
+  refresh_params();
+  ++step_;
+}
+
+void ZeroPartitioner::refresh_params() {
   const ZeroStage st = options_.stage;
   for (auto& up : units_) {
     ParamUnit& u = *up;
@@ -437,7 +448,6 @@ void ZeroPartitioner::after_optimizer_step() {
       comm_->all_gather(own, u.full_flat);
     }
   }
-  ++step_;
 }
 
 void ZeroPartitioner::zero_grad() {

@@ -79,6 +79,11 @@ class ZeroPartitioner {
   // parameters (casts; stages 1-2 all-gather them).
   void after_optimizer_step();
 
+  // Recomputes the compute-dtype parameters from the masters (casts; stages 1-2 all-gather
+  // them) without counting a step: after the masters were written from outside the optimizer
+  // (dist::load_sharded). Collective.
+  void refresh_params();
+
   Communicator& comm() { return *comm_; }
   const ZeroOptions& options() const { return options_; }
   ZeroStage stage() const { return options_.stage; }

@@ -1,11 +1,15 @@
 // train_gpt: trains a GPT-2-style model on a text file (byte-level), the main job of zerodl.
+// One code path for one process and for N ranks: the model is always placed by the ZeRO
+// partition manager (stage 0 = DDP on one rank is plain training, bit for bit).
 //
-//   train_gpt                                  # embedded default corpus, small model
+//   train_gpt                                              # embedded default corpus, small model
+//   mpirun -np 4 train_gpt --zero-stage 3                  # 4 ranks, everything sharded
 //   train_gpt --data input.txt --steps 2000 --n-layer 4 --n-embd 128 --save ckpt
-//   train_gpt --resume ckpt --steps 4000       # continues the same trajectory
+//   mpirun -np 2 train_gpt --resume ckpt --zero-stage 2    # resume on another N / stage
 //   train_gpt --init-from gpt2.safetensors --eval-only --data val.txt
 //
 // Exit codes: 0 done, 2 bad input (flags, files, configs), 1 failure during training.
+#include <omp.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -13,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -22,14 +27,13 @@
 #include "data/byte_tokenizer.h"
 #include "data/default_corpus.h"
 #include "data/token_dataset.h"
-#include "io/checkpoint.h"
+#include "dist/communicator.h"
+#include "dist/sharded_checkpoint.h"
+#include "dist/zero.h"
+#include "dist/zero_optimizer.h"
 #include "io/gpt2_format.h"
 #include "nn/gpt.h"
-#include "nn/parameter_factory.h"
 #include "nn/sampling.h"
-#include "optim/clip.h"
-#include "optim/optimizer.h"
-#include "optim/param_groups.h"
 #include "optim/schedule.h"
 
 using namespace zdl;
@@ -68,7 +72,13 @@ struct Args {
   double temperature = 0.8;
   int64_t top_k = 40;
   std::string metrics;
+  bool metrics_all_ranks = false;
   int64_t log_every = 0;
+  int zero_stage = 0;
+  std::string dtype = "f32";
+  int prefetch = 1;
+  int64_t max_memory_per_rank = 0;
+  double collective_timeout = 0;
 };
 
 // A bad-input error: printed as is, exit code 2.
@@ -88,8 +98,17 @@ std::string default_corpus_path() {
 // Writes one JSON object per line; flushed so a crashed run keeps its log.
 class MetricsLog {
  public:
-  explicit MetricsLog(const std::string& path) {
-    if (path.empty()) return;
+  // Rank 0 writes `path`; with all_ranks, rank r > 0 writes `path` with ".rank<r>" before the
+  // extension; other ranks write nothing.
+  MetricsLog(std::string path, int rank, bool all_ranks) {
+    if (path.empty() || (rank > 0 && !all_ranks)) return;
+    if (rank > 0) {
+      auto dot = path.find_last_of('.');
+      auto slash = path.find_last_of('/');
+      std::string suffix = ".rank" + std::to_string(rank);
+      if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) path += suffix;
+      else path.insert(dot, suffix);
+    }
     out_.open(path, std::ios::app);
     if (!out_) throw UsageError("cannot open metrics file '" + path + "' for writing");
   }
@@ -104,11 +123,13 @@ class MetricsLog {
 // One line per report: updated in place on a terminal, plain lines in a log.
 class Progress {
  public:
-  Progress(int64_t total, int64_t log_every) : total_(total), tty_(isatty(fileno(stdout))), every_(log_every) {
+  Progress(int64_t total, int64_t log_every, bool quiet)
+      : total_(total), tty_(isatty(fileno(stdout))), every_(log_every), quiet_(quiet) {
     if (every_ <= 0) every_ = std::max<int64_t>(1, total / 20);
     start_ = std::chrono::steady_clock::now();
   }
   void step(int64_t step, int64_t first_step, double loss, double lr, double tok_s) {
+    if (quiet_) return;
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     double per = elapsed / static_cast<double>(step - first_step + 1);
     double eta = per * static_cast<double>(total_ - step - 1);
@@ -125,6 +146,7 @@ class Progress {
     }
   }
   void message(const std::string& m) {
+    if (quiet_) return;
     std::printf(tty_ ? "\r%s\033[K\n" : "%s\n", m.c_str());
     std::fflush(stdout);
   }
@@ -140,6 +162,7 @@ class Progress {
   int64_t total_;
   bool tty_;
   int64_t every_;
+  bool quiet_;
   std::chrono::steady_clock::time_point start_;
 };
 
@@ -161,8 +184,9 @@ nn::GPTConfig config_from_json(const json& j) {
   return c;
 }
 
-// Mean loss over `n` sequential batches of a split (no dropout, no graph).
-double evaluate(nn::GPT& model, const data::TokenDataset& ds, data::Split split, int64_t n) {
+// Mean loss over `n` sequential batches of a split (no dropout, no graph), over all ranks:
+// each rank scores its rows of every global batch.
+double evaluate(nn::GPT& model, const data::TokenDataset& ds, dist::Communicator& comm, data::Split split, int64_t n) {
   NoGradGuard ng;
   bool was_training = model.is_training();
   model.eval();
@@ -174,18 +198,68 @@ double evaluate(nn::GPT& model, const data::TokenDataset& ds, data::Split split,
     total += model.loss(b.inputs, b.targets).item();
   }
   model.train(was_training);
-  return total / static_cast<double>(n);
+  return comm.all_reduce_sum(total) / static_cast<double>(n * comm.size());
 }
 
-int run(const Args& a, const CLI::App& app) {
+// Per-step memory (bytes on this rank by category, and the step's peak) and traffic (bytes by
+// collective and phase), for the metrics file.
+json memory_json() {
+  MemoryStats s = memory_ledger().stats(Device::cpu());
+  auto c = [&](MemoryCategory k) { return s.current_of(k); };
+  return {{"param", c(MemoryCategory::Parameter) + c(MemoryCategory::ParameterShard)},
+          {"param_full", c(MemoryCategory::Parameter)},
+          {"param_shard", c(MemoryCategory::ParameterShard)},
+          {"grad", c(MemoryCategory::Gradient) + c(MemoryCategory::GradientShard)},
+          {"grad_full", c(MemoryCategory::Gradient)},
+          {"grad_shard", c(MemoryCategory::GradientShard)},
+          {"optim", c(MemoryCategory::OptimizerState)},
+          {"activation", c(MemoryCategory::Activation)},
+          {"comm", c(MemoryCategory::CommBuffer)},
+          {"peak", s.total_peak}};
+}
+
+json comm_json() {
+  json j = json::object();
+  for (int k = 0; k < dist::kNumCollectiveKinds; ++k)
+    for (int p = 0; p < dist::kNumCommPhases; ++p) {
+      auto st = dist::comm_ledger().stats(static_cast<dist::CollectiveKind>(k), static_cast<dist::CommPhase>(p));
+      if (st.calls == 0) continue;
+      j[std::string(dist::collective_name(static_cast<dist::CollectiveKind>(k))) + "/" +
+        dist::phase_name(static_cast<dist::CommPhase>(p))] = {{"calls", st.calls},
+                                                               {"payload", st.payload_bytes},
+                                                               {"wire", st.wire_bytes}};
+    }
+  return j;
+}
+
+// The dropout modules' RNG positions (their seeds and streams follow from the init seed).
+std::map<std::string, nn::Dropout*> dropout_modules(nn::Module& model) {
+  std::map<std::string, nn::Dropout*> out;
+  for (auto& [name, m] : model.named_modules())
+    if (auto* d = dynamic_cast<nn::Dropout*>(m.get())) out["dropout." + name] = d;
+  return out;
+}
+
+int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
+  Args a = args;
+  const bool lead = comm.rank() == 0;
+  auto say = [&](const std::string& m) {
+    if (lead) std::printf("%s\n", m.c_str());
+  };
   // ---- configuration (errors here are the user's input: exit 2) ----
   std::optional<io::TrainState> resumed;
   nn::GPTConfig cfg;
   auto given = [&](const char* flag) { return app.count(flag) > 0; };
   if (!a.resume.empty()) {
     if (!std::filesystem::exists(a.resume)) throw UsageError("--resume: no checkpoint at '" + a.resume + "'");
-    resumed = io::read_train_state(a.resume);
-    cfg = config_from_json(json::parse(resumed->metadata.at("config")));
+    try {
+      resumed = dist::read_sharded_train_state(a.resume);
+      cfg = config_from_json(json::parse(resumed->metadata.at("config")));
+      // The run's seed fixes init, data order and dropout: a resumed run keeps its own.
+      a.seed = std::stoull(resumed->metadata.at("seed"));
+    } catch (const std::exception& e) {
+      throw UsageError(std::string("--resume: ") + e.what());
+    }
   } else if (!a.init_from.empty()) {
     if (!std::filesystem::exists(a.init_from)) throw UsageError("--init-from: no file '" + a.init_from + "'");
     io::GPT2ConfigOverrides ov;
@@ -216,58 +290,90 @@ int run(const Args& a, const CLI::App& app) {
     throw UsageError(detail::str("--seq ", a.seq, " exceeds the model's context length ", cfg.block_size));
   if (cfg.vocab_size < data::ByteTokenizer::kVocabSize)
     throw UsageError(detail::str("the model's vocabulary (", cfg.vocab_size, ") is smaller than the byte tokenizer's 256"));
+  if (a.batch % comm.size() != 0)
+    throw UsageError(detail::str("--batch ", a.batch, " must be divisible by the number of ranks ", comm.size(),
+                                 " (each rank takes batch/N rows of the global batch)"));
+  DType dtype;
+  try {
+    dtype = dtype_from_name(a.dtype);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--dtype: ") + e.what());
+  }
+  if (dtype != DType::F32 && dtype != DType::BF16) throw UsageError("--dtype must be f32 or bf16, got " + a.dtype);
 
+  // Every rank makes the default corpus itself (atomic write): no shared file system needed.
   std::string data_path = a.data.empty() ? default_corpus_path() : a.data;
   if (!std::filesystem::exists(data_path)) throw UsageError("--data: no file '" + data_path + "'");
   std::unique_ptr<data::TokenDataset> ds;
   try {
     ds = std::make_unique<data::TokenDataset>(
         data_path, data::TokenDatasetOptions{.batch_size = a.batch, .seq_len = a.seq,
-                                             .val_fraction = a.eval_only ? 0.0 : a.val_fraction, .seed = a.seed});
+                                             .val_fraction = a.eval_only ? 0.0 : a.val_fraction, .seed = a.seed,
+                                             .rank = comm.rank(), .world_size = comm.size()});
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
 
+  if (a.max_memory_per_rank > 0) memory_ledger().set_cap(DeviceType::CPU, a.max_memory_per_rank);
+  auto shared_comm = std::shared_ptr<dist::Communicator>(&comm, [](dist::Communicator*) {});
+  dist::ZeroPartitioner zero(shared_comm, dist::ZeroOptions{.stage = dist::stage_from_int(a.zero_stage),
+                                                            .compute_dtype = dtype,
+                                                            .prefetch = a.prefetch});
   std::shared_ptr<nn::GPT> model;
   {
-    nn::InitContext ctx(a.seed);
+    auto scope = zero.placement_scope(a.seed);
     model = std::make_shared<nn::GPT>(cfg);
   }
-  if (!a.init_from.empty() && !resumed) io::load_gpt2(*model, a.init_from);
+  zero.wrap(*model);
+  if (!a.init_from.empty() && !resumed) {
+    dist::GatheredParameters g(zero, /*modify=*/true);
+    io::load_gpt2(*model, a.init_from);
+  }
 
-  MetricsLog metrics(a.metrics);
+  MetricsLog metrics(a.metrics, comm.rank(), a.metrics_all_ranks);
   if (a.eval_only) {
     int64_t n = a.eval_batches > 0 ? a.eval_batches : ds->num_eval_batches(data::Split::Train);
-    double loss = evaluate(*model, *ds, data::Split::Train, n);
-    std::printf("loss %.6f\n", loss);
+    double loss = evaluate(*model, *ds, comm, data::Split::Train, n);
+    if (lead) std::printf("loss %.6f\n", loss);
     metrics.write({{"type", "eval"}, {"loss", loss}, {"batches", std::min(n, ds->num_eval_batches(data::Split::Train))}});
     return 0;
   }
 
-  optim::AdamW opt(optim::decay_groups(*model, a.weight_decay), {.lr = a.lr, .beta1 = 0.9, .beta2 = 0.95});
+  dist::ZeroAdamW opt(zero, {.lr = a.lr, .beta1 = 0.9, .beta2 = 0.95}, a.weight_decay);
   optim::CosineSchedule sched{a.lr, a.lr * a.min_lr_ratio, a.warmup, a.steps};
   int64_t first_step = 0;
   std::string fingerprint = ds->fingerprint().to_string();
   if (resumed) {
-    *resumed = io::load_checkpoint(a.resume, *model, opt);
     std::string saved_fp = resumed->metadata.count("data_fingerprint") ? resumed->metadata.at("data_fingerprint") : "";
     if (saved_fp != fingerprint)
       throw UsageError("--resume: the data file '" + data_path + "' changed since the checkpoint (saved " + saved_fp +
                        ", now " + fingerprint + ")");
+    *resumed = dist::load_sharded(a.resume, zero, opt);
+    for (auto& [key, d] : dropout_modules(*model)) {
+      auto it = resumed->counters.find(key);
+      if (it == resumed->counters.end())
+        throw UsageError("--resume: the checkpoint has no RNG position for " + key + " (saved with another --dropout?)");
+      d->calls = it->second;
+    }
     first_step = resumed->step;
     ds->set_position(resumed->data_position);
   }
 
-  std::printf("zerodl train_gpt: %s\n", model->extra_repr().c_str());
-  std::printf("params %lld | data %s (%lld tokens) | batch %lld x %lld x accum %lld | steps %lld\n",
-              static_cast<long long>(model->num_parameters()), data_path.c_str(),
-              static_cast<long long>(ds->num_tokens()), static_cast<long long>(a.batch), static_cast<long long>(a.seq),
-              static_cast<long long>(a.grad_accum), static_cast<long long>(a.steps));
-  if (resumed) std::printf("resumed from %s at step %lld\n", a.resume.c_str(), static_cast<long long>(first_step));
+  say(detail::str("zerodl train_gpt: ", model->extra_repr()));
+  say(detail::str("params ", model->num_parameters(), " | ranks ", comm.size(), " (", comm.backend(), ") | ",
+                  dist::stage_name(zero.stage()), " | ", dtype_name(dtype), " | data ", data_path, " (",
+                  ds->num_tokens(), " tokens) | batch ", a.batch, " x ", a.seq, " x accum ", a.grad_accum,
+                  " | steps ", a.steps));
+  if (resumed) say(detail::str("resumed from ", a.resume, " at step ", first_step));
   metrics.write({{"type", "config"},
                  {"params", model->num_parameters()},
+                 {"params_padded", zero.num_padded()},
                  {"model", config_json(cfg)},
                  {"data", data_path},
+                 {"world_size", comm.size()},
+                 {"rank", comm.rank()},
+                 {"zero_stage", a.zero_stage},
+                 {"dtype", dtype_name(dtype)},
                  {"steps", a.steps},
                  {"batch", a.batch},
                  {"seq", a.seq},
@@ -283,35 +389,46 @@ int run(const Args& a, const CLI::App& app) {
     st.data_position = ds->position();
     st.metadata["config"] = config_json(cfg).dump();
     st.metadata["data_fingerprint"] = fingerprint;
-    io::save_checkpoint(a.save, *model, opt, st);
+    st.metadata["seed"] = std::to_string(a.seed);
+    for (auto& [key, d] : dropout_modules(*model)) st.counters[key] = d->calls;
+    dist::save_sharded(a.save, zero, opt, st);
   };
 
   // ---- training (errors here are failures: exit 1) ----
-  Progress progress(a.steps, a.log_every);
+  Progress progress(a.steps, a.log_every, !lead);
   model->train();
   for (int64_t step = first_step; step < a.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
+    memory_ledger().reset_peaks(Device::cpu());
+    dist::comm_ledger().reset();
     double loss_sum = 0;
     for (int64_t micro = 0; micro < a.grad_accum; ++micro) {
       data::Batch b = ds->next_batch();
+      zero.set_grad_sync(micro == a.grad_accum - 1);
       Tensor loss = model->loss(b.inputs, b.targets);
       loss_sum += loss.item();
       (a.grad_accum > 1 ? mul(loss, 1.0 / static_cast<double>(a.grad_accum)) : loss).backward();
     }
-    double loss = loss_sum / static_cast<double>(a.grad_accum);
+    double scale = zero.clip_grad_norm(a.grad_clip);
+    double loss = comm.all_reduce_sum(loss_sum) / static_cast<double>(a.grad_accum * comm.size());
     if (!std::isfinite(loss)) throw Error(detail::str("loss is ", loss, " at step ", step + 1, "; stopping"));
-    double norm = optim::grad_norm(model->parameters());
     opt.set_lr(sched.lr(step));
-    opt.step(optim::clip_scale(norm, a.grad_clip));
-    opt.zero_grad();
+    opt.step(scale);
+    zero.zero_grad();
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     double tok_s = static_cast<double>(a.batch * a.seq * a.grad_accum) / (ms / 1000.0);
     progress.step(step, first_step, loss, opt.lr(), tok_s);
-    metrics.write({{"step", step + 1}, {"loss", loss}, {"lr", opt.lr()}, {"grad_norm", norm},
-                   {"tokens_per_s", tok_s}, {"ms", ms}});
+    metrics.write({{"step", step + 1},
+                   {"loss", loss},
+                   {"lr", opt.lr()},
+                   {"grad_norm", zero.last_grad_norm()},
+                   {"tokens_per_s", tok_s},
+                   {"ms", ms},
+                   {"mem", memory_json()},
+                   {"comm", comm_json()}});
     bool last = step + 1 == a.steps || step + 1 == a.stop_after;
     if (a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || last) && a.val_fraction > 0) {
-      double val = evaluate(*model, *ds, data::Split::Val, a.eval_batches);
+      double val = evaluate(*model, *ds, comm, data::Split::Val, a.eval_batches);
       progress.message(detail::str("step ", step + 1, ": val_loss ", val));
       metrics.write({{"step", step + 1}, {"val_loss", val}});
     }
@@ -325,13 +442,14 @@ int run(const Args& a, const CLI::App& app) {
     }
   }
 
-  if (a.sample > 0) {
+  if (a.sample > 0) {  // collective under ZeRO-3: every rank runs the model, rank 0 prints
     data::ByteTokenizer tok;
     auto ids = nn::generate(*model, tok.encode(a.prompt),
                             {.max_new_tokens = a.sample, .temperature = a.temperature, .top_k = a.top_k, .seed = a.seed});
-    std::printf("---- sample (%lld bytes, temperature %.2f, top-k %lld) ----\n%s\n----\n",
-                static_cast<long long>(a.sample), a.temperature, static_cast<long long>(a.top_k),
-                tok.decode(ids).c_str());
+    if (lead)
+      std::printf("---- sample (%lld bytes, temperature %.2f, top-k %lld) ----\n%s\n----\n",
+                  static_cast<long long>(a.sample), a.temperature, static_cast<long long>(a.top_k),
+                  tok.decode(ids).c_str());
   }
   return 0;
 }
@@ -376,6 +494,18 @@ int main(int argc, char** argv) {
   app.add_option("--temperature", a.temperature, "sampling temperature")->check(CLI::PositiveNumber);
   app.add_option("--top-k", a.top_k, "sample among the k most likely bytes (0: all)")->check(CLI::NonNegativeNumber);
   app.add_option("--metrics", a.metrics, "append a JSON line per step (and config, eval lines) to this file");
+  app.add_flag("--metrics-all-ranks", a.metrics_all_ranks,
+               "every rank writes its own metrics file (FILE with .rank<r> before the extension)");
+  app.add_option("--zero-stage", a.zero_stage, "0 = DDP, 1 = shard optimizer states, 2 = + gradients, 3 = + parameters")
+      ->check(CLI::Range(0, 3));
+  app.add_option("--dtype", a.dtype, "compute and communication dtype: f32 or bf16 (masters and Adam stay f32)");
+  app.add_option("--prefetch", a.prefetch, "ZeRO-3: units all-gathered ahead of use")->check(CLI::Range(0, 64));
+  app.add_option("--max-memory-per-rank", a.max_memory_per_rank,
+                 "memory cap in bytes per rank; going over it is a clear out-of-memory error (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--collective-timeout", a.collective_timeout,
+                 "seconds a collective may take before the watchdog fails the run (default 300)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--log-every", a.log_every, "log a line every N steps when not on a terminal (default: 20 lines)")
       ->check(CLI::NonNegativeNumber);
   try {
@@ -386,13 +516,29 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "train_gpt: %s (see --help)\n", e.what());
     return 2;
   }
+  std::shared_ptr<dist::Communicator> comm;
   try {
-    return run(a, app);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "train_gpt: %s\n", e.what());
-    return 2;
+    comm = dist::init();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "\ntrain_gpt: error: %s\n", e.what());
+    std::fprintf(stderr, "train_gpt: cannot start the process group: %s\n", e.what());
     return 1;
   }
+  if (a.collective_timeout > 0)
+    comm->set_timeout(std::chrono::milliseconds(static_cast<int64_t>(a.collective_timeout * 1000)));
+  // Ranks on one machine share its cores: unless told otherwise, give each rank its share.
+  if (comm->size() > 1 && !std::getenv("OMP_NUM_THREADS"))
+    omp_set_num_threads(std::max(1, omp_get_num_procs() / comm->size()));
+  int rc;
+  try {
+    rc = run(a, app, *comm);
+  } catch (const UsageError& e) {
+    if (comm->rank() == 0) std::fprintf(stderr, "train_gpt: %s\n", e.what());
+    rc = 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\ntrain_gpt: error: %s\n", e.what());
+    // Other ranks may be blocked in a collective this rank will never join: end the job.
+    if (comm->size() > 1) dist::abort_job(1);
+    rc = 1;
+  }
+  return rc;
 }

@@ -10,14 +10,6 @@ namespace zdl::io {
 
 namespace {
 
-// One tensor of the GPT-2 file, with its shape in the file.
-struct Gpt2Tensor {
-  std::string name;
-  Shape file_shape;
-  bool conv1d = false;  // stored (in, out): transpose of zdl's Linear (out, in)
-  bool bias = false;    // absent from a bias=false model
-};
-
 // The file's tensors for L layers, width C, V vocabulary rows, T positions, in GPT-2's order.
 std::vector<Gpt2Tensor> gpt2_layout(int64_t L, int64_t C, int64_t V, int64_t T) {
   std::vector<Gpt2Tensor> out = {{"wte.weight", {V, C}}, {"wpe.weight", {T, C}}};
@@ -80,13 +72,27 @@ int64_t metadata_int(const std::string& path, const Metadata& m, const std::stri
 
 }  // namespace
 
+std::vector<Gpt2Tensor> gpt2_layout(const nn::GPTConfig& cfg) {
+  return gpt2_layout(cfg.n_layer, cfg.n_embd, cfg.vocab_size, cfg.block_size);
+}
+
+Metadata gpt2_metadata(const nn::GPTConfig& cfg) {
+  return {{"format", "zdl-gpt2"},
+          {"n_layer", std::to_string(cfg.n_layer)},
+          {"n_head", std::to_string(cfg.n_head)},
+          {"n_embd", std::to_string(cfg.n_embd)},
+          {"vocab_size", std::to_string(cfg.vocab_size)},
+          {"padded_vocab_size", std::to_string(cfg.padded_vocab())},
+          {"block_size", std::to_string(cfg.block_size)}};
+}
+
 void export_gpt2(const nn::GPT& model, const std::string& path, const Metadata& extra_metadata) {
   const nn::GPTConfig& cfg = model.config;
   std::map<std::string, Tensor> params;
   for (auto& [n, t] : model.named_parameters()) params[n] = t;
   NoGradGuard ng;
   NamedTensors out;
-  for (const auto& e : gpt2_layout(cfg.n_layer, cfg.n_embd, cfg.vocab_size, cfg.block_size)) {
+  for (const auto& e : gpt2_layout(cfg)) {
     auto it = params.find(e.name);
     if (it == params.end()) {
       ZDL_CHECK(e.bias && !cfg.bias, "export_gpt2('", path, "'): the model has no parameter '", e.name, "'");
@@ -103,13 +109,7 @@ void export_gpt2(const nn::GPT& model, const std::string& path, const Metadata& 
     out.emplace_back(e.name, t);
   }
   Metadata meta = extra_metadata;
-  meta["format"] = "zdl-gpt2";
-  meta["n_layer"] = std::to_string(cfg.n_layer);
-  meta["n_head"] = std::to_string(cfg.n_head);
-  meta["n_embd"] = std::to_string(cfg.n_embd);
-  meta["vocab_size"] = std::to_string(cfg.vocab_size);
-  meta["padded_vocab_size"] = std::to_string(cfg.padded_vocab());
-  meta["block_size"] = std::to_string(cfg.block_size);
+  for (auto& [k, v] : gpt2_metadata(cfg)) meta[k] = v;
   save_safetensors(path, out, meta);
 }
 
@@ -179,7 +179,7 @@ void load_gpt2(nn::GPT& model, const std::string& path) {
   for (auto& [n, t] : model.named_parameters()) params[n] = t;
 
   const int64_t V = cfg.vocab_size, Vp = cfg.padded_vocab(), C = cfg.n_embd;
-  auto layout = gpt2_layout(cfg.n_layer, C, V, cfg.block_size);
+  auto layout = gpt2_layout(cfg);
   std::vector<std::pair<const Gpt2Tensor*, Tensor>> to_copy;
   for (const auto& e : layout) {
     auto it = file.find(e.name);

@@ -32,6 +32,7 @@
 //   io::load_gpt2(*fresh, "gpt2.safetensors");
 #pragma once
 #include <string>
+#include <vector>
 
 #include "io/safetensors.h"
 #include "nn/gpt.h"
@@ -44,6 +45,24 @@ struct GPT2ConfigOverrides {
   int64_t padded_vocab_size = 0;  // 0: no padding
   double dropout = 0.0;
 };
+
+// One tensor of a GPT-2 file: its name (also the zdl parameter's name), its shape in the
+// file, and how the file differs from the parameter.
+struct Gpt2Tensor {
+  std::string name;
+  Shape file_shape;
+  bool conv1d = false;  // stored (in, out): the transpose of zdl's Linear (out, in)
+  bool bias = false;    // absent from a bias=false model (written as zeros)
+};
+
+// The file's tensors for a model of this config, in GPT-2's order; wte has vocab_size rows
+// (padding rows are dropped). Shared by export_gpt2 and writers that stream the same layout
+// (dist::consolidate_sharded).
+std::vector<Gpt2Tensor> gpt2_layout(const nn::GPTConfig& cfg);
+
+// The metadata export_gpt2 writes: format "zdl-gpt2", n_layer, n_head, n_embd, vocab_size,
+// padded_vocab_size, block_size.
+Metadata gpt2_metadata(const nn::GPTConfig& cfg);
 
 // Writes the model (any device) to `path` atomically; extra metadata is merged in.
 void export_gpt2(const nn::GPT& model, const std::string& path, const Metadata& extra_metadata = {});

@@ -155,6 +155,40 @@ SafetensorsHeader parse_header(const InputFile& f) {
   return h;
 }
 
+// Writes the 8-byte length and the JSON header of tensors laid out in `specs` order.
+void write_header(AtomicFileWriter& w, const char* who, const std::string& path,
+                  const std::vector<SafetensorsTensorSpec>& specs, const Metadata& metadata) {
+  ordered_json header = ordered_json::object();
+  if (!metadata.empty()) {
+    ordered_json m = ordered_json::object();
+    for (const auto& [k, v] : metadata) m[k] = v;
+    header["__metadata__"] = m;
+  }
+  uint64_t offset = 0;
+  for (const auto& sp : specs) {
+    const uint64_t nbytes = static_cast<uint64_t>(numel_of(sp.shape)) * element_size(sp.dtype);
+    ordered_json e = ordered_json::object();
+    e["dtype"] = safetensors_dtype_name(sp.dtype);
+    e["shape"] = sp.shape;
+    e["data_offsets"] = {offset, offset + nbytes};
+    header[sp.name] = e;
+    offset += nbytes;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {  // e.g. a name or value that is not UTF-8
+    ZDL_CHECK(false, who, "('", path, "'): cannot encode the header: ", e.what());
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+  ZDL_CHECK(text.size() <= kMaxSafetensorsHeaderBytes, who, "('", path, "'): header of ", text.size(),
+            " bytes exceeds the format's limit");
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  w.write(len, 8);
+  w.write(text.data(), text.size());
+}
+
 }  // namespace
 
 const SafetensorsEntry* SafetensorsHeader::find(const std::string& name) const {
@@ -193,37 +227,11 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
     return element_size(tensors[a].second.dtype()) > element_size(tensors[b].second.dtype());
   });
 
-  ordered_json header = ordered_json::object();
-  if (!metadata.empty()) {
-    ordered_json m = ordered_json::object();
-    for (const auto& [k, v] : metadata) m[k] = v;
-    header["__metadata__"] = m;
-  }
-  uint64_t offset = 0;
-  for (size_t i : order) {
-    const auto& [name, t] = tensors[i];
-    ordered_json e = ordered_json::object();
-    e["dtype"] = safetensors_dtype_name(t.dtype());
-    e["shape"] = t.shape();
-    e["data_offsets"] = {offset, offset + t.nbytes()};
-    header[name] = e;
-    offset += t.nbytes();
-  }
-  std::string text;
-  try {
-    text = header.dump();
-  } catch (const nlohmann::json::exception& e) {  // e.g. a name or value that is not UTF-8
-    ZDL_CHECK(false, "save_safetensors('", path, "'): cannot encode the header: ", e.what());
-  }
-  text.append((8 - text.size() % 8) % 8, ' ');
-  ZDL_CHECK(text.size() <= kMaxSafetensorsHeaderBytes, "save_safetensors('", path, "'): header of ", text.size(),
-            " bytes exceeds the format's limit");
+  std::vector<SafetensorsTensorSpec> specs;
+  for (size_t i : order) specs.push_back({tensors[i].first, tensors[i].second.dtype(), tensors[i].second.shape()});
 
   AtomicFileWriter w(path);
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(text.size()) >> (8 * i));
-  w.write(len, 8);
-  w.write(text.data(), text.size());
+  write_header(w, "save_safetensors", path, specs, metadata);
   for (size_t i : order) {
     const Tensor& t = tensors[i].second;
     if (t.nbytes() == 0) continue;
@@ -252,6 +260,103 @@ SafetensorsFile load_safetensors(const std::string& path) {
     out.tensors.emplace(e.name, std::move(t));
   }
   return out;
+}
+
+}  // namespace zdl::io
+
+namespace zdl::io {
+
+// ---- SafetensorsReader ----
+
+SafetensorsReader::SafetensorsReader(const std::string& path)
+    : path_(path), file_(std::make_unique<InputFile>(path)), header_(parse_header(*file_)) {
+  for (size_t i = 0; i < header_.entries.size(); ++i) index_.emplace(header_.entries[i].name, i);
+}
+
+SafetensorsReader::~SafetensorsReader() = default;
+
+const SafetensorsEntry& SafetensorsReader::entry(const std::string& name) const {
+  auto it = index_.find(name);
+  ZDL_CHECK(it != index_.end(), "safetensors file '", path_, "' has no tensor '", name, "'");
+  return header_.entries[it->second];
+}
+
+Tensor SafetensorsReader::read(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  Tensor t = Tensor::empty(e.shape, e.dtype);
+  if (e.nbytes() > 0)
+    file_->read_exact(8 + header_.header_bytes + e.begin, t.raw_data(), e.nbytes(), ("tensor '" + name + "'").c_str());
+  return t;
+}
+
+void SafetensorsReader::read_elements(const std::string& name, int64_t begin, const Tensor& dst) const {
+  const SafetensorsEntry& e = entry(name);
+  const int64_t n = dst.numel(), numel = numel_of(e.shape);
+  ZDL_CHECK(dst.device().is_cpu() && dst.is_contiguous(), "SafetensorsReader::read_elements('", path_, "', '", name,
+            "'): dst must be a contiguous CPU tensor");
+  ZDL_CHECK(begin >= 0 && begin <= numel && n <= numel - begin, "safetensors file '", path_, "': elements [", begin,
+            ", ", begin + n, ") of tensor '", name, "' are out of its ", numel, " elements");
+  if (n == 0) return;
+  Tensor buf = dst.dtype() == e.dtype ? dst : Tensor::empty({n}, e.dtype);
+  const uint64_t es = element_size(e.dtype);
+  file_->read_exact(8 + header_.header_bytes + e.begin + static_cast<uint64_t>(begin) * es, buf.raw_data(),
+                    static_cast<size_t>(n) * es, ("tensor '" + name + "'").c_str());
+  if (!buf.same(dst)) dst.copy_(Tensor::from_storage(buf.storage(), dst.shape(), dst.strides(), 0, e.dtype));
+}
+
+Tensor read_safetensors_tensor(const std::string& path, const std::string& name) {
+  return SafetensorsReader(path).read(name);
+}
+
+// ---- SafetensorsStreamWriter ----
+
+SafetensorsStreamWriter::SafetensorsStreamWriter(const std::string& path, std::vector<SafetensorsTensorSpec> specs,
+                                                 const Metadata& metadata)
+    : path_(path), specs_(std::move(specs)) {
+  std::set<std::string> names;
+  uint64_t offset = 0;
+  for (const auto& sp : specs_) {
+    ZDL_CHECK(!sp.name.empty(), "SafetensorsStreamWriter('", path, "'): a tensor has an empty name");
+    ZDL_CHECK(sp.name != "__metadata__", "SafetensorsStreamWriter('", path, "'): '__metadata__' is reserved");
+    ZDL_CHECK(names.insert(sp.name).second, "SafetensorsStreamWriter('", path, "'): the name '", sp.name,
+              "' appears twice");
+    for (int64_t d : sp.shape)
+      ZDL_CHECK(d >= 0, "SafetensorsStreamWriter('", path, "'): tensor '", sp.name, "' has shape ", shape_str(sp.shape));
+    const uint64_t es = element_size(sp.dtype);
+    ZDL_CHECK(offset % es == 0, "SafetensorsStreamWriter('", path, "'): tensor '", sp.name, "' (", dtype_name(sp.dtype),
+              ") would start at byte ", offset, ", not a multiple of its element size: order the tensors largest "
+              "element size first");
+    offset += static_cast<uint64_t>(numel_of(sp.shape)) * es;
+  }
+  out_ = std::make_unique<AtomicFileWriter>(path);
+  write_header(*out_, "SafetensorsStreamWriter", path, specs_, metadata);
+}
+
+SafetensorsStreamWriter::~SafetensorsStreamWriter() = default;
+
+std::string SafetensorsStreamWriter::next_name() const { return next_ < specs_.size() ? specs_[next_].name : ""; }
+
+void SafetensorsStreamWriter::append(const std::string& name, const Tensor& t) {
+  ZDL_CHECK(next_ < specs_.size(), "SafetensorsStreamWriter('", path_, "'): append('", name,
+            "') after all declared tensors were written");
+  const SafetensorsTensorSpec& sp = specs_[next_];
+  ZDL_CHECK(name == sp.name, "SafetensorsStreamWriter('", path_, "'): append('", name, "') but the next declared tensor is '",
+            sp.name, "' (tensors must come in the declared order)");
+  ZDL_CHECK(t.defined() && t.dtype() == sp.dtype && t.shape() == sp.shape, "SafetensorsStreamWriter('", path_,
+            "'): tensor '", name, "' was declared ", dtype_name(sp.dtype), " ", shape_str(sp.shape), ", got ",
+            t.defined() ? dtype_name(t.dtype()) : "undefined", " ", t.defined() ? shape_str(t.shape()) : "");
+  if (t.nbytes() > 0) {
+    Tensor c = t.device().is_cpu() ? t : t.to(Device::cpu());
+    if (!c.is_contiguous()) c = c.contiguous_copy();
+    out_->write(c.raw_data(), c.nbytes());
+  }
+  ++next_;
+}
+
+void SafetensorsStreamWriter::commit() {
+  ZDL_CHECK(next_ == specs_.size(), "SafetensorsStreamWriter('", path_, "'): commit() with ", specs_.size() - next_,
+            " declared tensor(s) not written, starting with '", next_name(), "'");
+  out_->commit();
 }
 
 }  // namespace zdl::io

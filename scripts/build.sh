@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds zerodl into a build folder.
 #   scripts/build.sh [BUILD_DIR] [extra cmake args...]     (default: build/, CUDA auto-detected)
+#   ZDL_TARGETS="zdl test_cuda" scripts/build.sh ...       builds only those targets
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
@@ -14,4 +15,5 @@ fi
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${compiler[@]}" "$@" >"$build.configure.log" 2>&1 ||
   { cat "$build.configure.log"; exit 1; }
 grep -E "zerodl:" "$build.configure.log" || true
-ninja -C "$build" -j"$(nproc)"
+# shellcheck disable=SC2086
+ninja -C "$build" -j"$(nproc)" ${ZDL_TARGETS:-}

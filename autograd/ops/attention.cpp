@@ -9,6 +9,7 @@
 // The backward is a fused kernel, so this op is not twice differentiable.
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "autograd/ops/bf16_compute.h"
 #include "autograd/ops/op_checks.h"
 #include "core/memory.h"
 #include "kernels/cpu/attention.h"
@@ -30,7 +31,7 @@ Tensor workspace(int64_t elems, DType dtype) {
 }  // namespace
 
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
-  check_float_args("causal_attention", {&q, &k, &v});
+  if (bf16_on_cpu("causal_attention", {&q, &k, &v})) return to_bf16(causal_attention(to_f32(q), to_f32(k), to_f32(v)));
   check_cpu("causal_attention", q);
   ZDL_CHECK(q.dim() == 4, "causal_attention: q must be 4-D [B, NH, T, HS], got q.shape=", shape_str(q.shape()));
   ZDL_CHECK(k.shape() == q.shape(), "causal_attention: k.shape=", shape_str(k.shape()),

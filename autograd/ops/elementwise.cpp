@@ -4,6 +4,7 @@
 
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "autograd/ops/bf16_compute.h"
 #include "autograd/ops/op_checks.h"
 #include "kernels/cpu/elementwise.h"
 #ifdef ZDL_WITH_CUDA
@@ -85,6 +86,7 @@ Tensor unary_forward(UnaryOp op, const char* name, const Tensor& a, double s = 0
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  if (bf16_on_cpu("add", {&a, &b})) return to_bf16(add(to_f32(a), to_f32(b)));
   Tensor out = binary_forward(BinaryOp::Add, "add", a, b);
   // d(a+b)/da = 1, d(a+b)/db = 1
   return autograd::record("add", {a, b}, out, [sa = a.shape(), sb = b.shape()](const TensorList& g) {
@@ -93,6 +95,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  if (bf16_on_cpu("sub", {&a, &b})) return to_bf16(sub(to_f32(a), to_f32(b)));
   Tensor out = binary_forward(BinaryOp::Sub, "sub", a, b);
   // d(a-b)/da = 1, d(a-b)/db = -1
   return autograd::record("sub", {a, b}, out, [sa = a.shape(), sb = b.shape()](const TensorList& g) {
@@ -101,6 +104,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  if (bf16_on_cpu("mul", {&a, &b})) return to_bf16(mul(to_f32(a), to_f32(b)));
   Tensor out = binary_forward(BinaryOp::Mul, "mul", a, b);
   // d(ab)/da = b, d(ab)/db = a
   bool ga = a.requires_grad(), gb = b.requires_grad();
@@ -110,6 +114,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  if (bf16_on_cpu("div", {&a, &b})) return to_bf16(div(to_f32(a), to_f32(b)));
   Tensor out = binary_forward(BinaryOp::Div, "div", a, b);
   // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 = -out/b
   bool ga = a.requires_grad(), gb = b.requires_grad();
@@ -121,21 +126,25 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor add(const Tensor& a, double s) {
+  if (bf16_on_cpu("add", {&a})) return to_bf16(add(to_f32(a), s));
   Tensor out = unary_forward(UnaryOp::AddScalar, "add", a, s);
   return autograd::record("add_scalar", {a}, out, [](const TensorList& g) { return TensorList{g[0]}; });
 }
 
 Tensor mul(const Tensor& a, double s) {
+  if (bf16_on_cpu("mul", {&a})) return to_bf16(mul(to_f32(a), s));
   Tensor out = unary_forward(UnaryOp::MulScalar, "mul", a, s);
   return autograd::record("mul_scalar", {a}, out, [s](const TensorList& g) { return TensorList{mul(g[0], s)}; });
 }
 
 Tensor rsub(double s, const Tensor& a) {
+  if (bf16_on_cpu("rsub", {&a})) return to_bf16(rsub(s, to_f32(a)));
   Tensor out = unary_forward(UnaryOp::RSub, "rsub", a, s);
   return autograd::record("rsub", {a}, out, [](const TensorList& g) { return TensorList{neg(g[0])}; });
 }
 
 Tensor rdiv(double s, const Tensor& a) {
+  if (bf16_on_cpu("rdiv", {&a})) return to_bf16(rdiv(s, to_f32(a)));
   Tensor out = unary_forward(UnaryOp::RDiv, "rdiv", a, s);
   // d(s/a)/da = -s/a^2 = -out/a
   return autograd::record("rdiv", {a}, out, [a, o = out.detach()](const TensorList& g) {
@@ -144,23 +153,27 @@ Tensor rdiv(double s, const Tensor& a) {
 }
 
 Tensor neg(const Tensor& a) {
+  if (bf16_on_cpu("neg", {&a})) return to_bf16(neg(to_f32(a)));
   Tensor out = unary_forward(UnaryOp::Neg, "neg", a);
   return autograd::record("neg", {a}, out, [](const TensorList& g) { return TensorList{neg(g[0])}; });
 }
 
 Tensor exp(const Tensor& a) {
+  if (bf16_on_cpu("exp", {&a})) return to_bf16(exp(to_f32(a)));
   Tensor out = unary_forward(UnaryOp::Exp, "exp", a);
   // d exp(a) = exp(a)
   return autograd::record("exp", {a}, out, [o = out.detach()](const TensorList& g) { return TensorList{mul(g[0], o)}; });
 }
 
 Tensor log(const Tensor& a) {
+  if (bf16_on_cpu("log", {&a})) return to_bf16(log(to_f32(a)));
   Tensor out = unary_forward(UnaryOp::Log, "log", a);
   // d log(a) = 1/a
   return autograd::record("log", {a}, out, [a](const TensorList& g) { return TensorList{div(g[0], a)}; });
 }
 
 Tensor sqrt(const Tensor& a) {
+  if (bf16_on_cpu("sqrt", {&a})) return to_bf16(sqrt(to_f32(a)));
   Tensor out = unary_forward(UnaryOp::Sqrt, "sqrt", a);
   // d sqrt(a) = 1 / (2 sqrt(a))
   return autograd::record("sqrt", {a}, out, [o = out.detach()](const TensorList& g) {
@@ -169,6 +182,7 @@ Tensor sqrt(const Tensor& a) {
 }
 
 Tensor tanh(const Tensor& a) {
+  if (bf16_on_cpu("tanh", {&a})) return to_bf16(tanh(to_f32(a)));
   Tensor out = unary_forward(UnaryOp::Tanh, "tanh", a);
   // d tanh(a) = 1 - tanh(a)^2
   return autograd::record("tanh", {a}, out, [o = out.detach()](const TensorList& g) {
@@ -177,6 +191,7 @@ Tensor tanh(const Tensor& a) {
 }
 
 Tensor square(const Tensor& a) {
+  if (bf16_on_cpu("square", {&a})) return to_bf16(square(to_f32(a)));
   Tensor out = unary_forward(UnaryOp::Square, "square", a);
   // d a^2 = 2a
   return autograd::record("square", {a}, out, [a](const TensorList& g) { return TensorList{mul(mul(g[0], a), 2.0)}; });
@@ -209,6 +224,9 @@ void add_(const Tensor& dst, const Tensor& src) {
   it.shape = dst.shape();
   it.strides = {dst.strides(), broadcast_strides(src, dst.shape())};
   it = coalesce(it);
+  // bf16 (gradients accumulated into bf16 flat buffers): added in f32, rounded once on store.
+  if (dst.dtype() == DType::BF16)
+    return kernels::cpu::accumulate<BFloat16>(it, dst.data<BFloat16>(), src.data<BFloat16>());
   ZDL_DISPATCH_FLOAT(dst.dtype(), "add_", [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::accumulate<T>(it, dst.data<T>(), src.data<T>());
@@ -219,9 +237,10 @@ void scale_(const Tensor& dst, double s) {
   check_float_args("scale_", {&dst});
   check_cpu("scale_", dst);
   ZDL_CHECK(dst.is_contiguous(), "scale_: needs a contiguous tensor, got shape=", shape_str(dst.shape()));
+  if (dst.dtype() == DType::BF16) return kernels::cpu::scale<BFloat16>(dst.numel(), dst.data<BFloat16>(), s);
   ZDL_DISPATCH_FLOAT(dst.dtype(), "scale_", [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::unary<T>(UnaryOp::MulScalar, dst.numel(), dst.data<T>(), dst.data<T>(), s);
+    kernels::cpu::scale<T>(dst.numel(), dst.data<T>(), s);
   });
 }
 

@@ -15,6 +15,7 @@
 
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "autograd/ops/bf16_compute.h"
 #include "autograd/ops/op_checks.h"
 #include "kernels/cpu/matmul.h"
 
@@ -127,7 +128,7 @@ Tensor product(const Shape& shape, const Mats& a, const Mats& b, const char* op)
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  check_float_args("matmul", {&a, &b});
+  if (bf16_on_cpu("matmul", {&a, &b})) return to_bf16(matmul(to_f32(a), to_f32(b)));
   check_cpu("matmul", a);
   ZDL_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: expected a [..., M, K] and b [..., K, N] with at least 2 dims, got a.shape=",
             shape_str(a.shape()), " b.shape=", shape_str(b.shape()));
@@ -155,8 +156,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool has_bias = bias.defined();
-  if (has_bias) check_float_args("linear", {&x, &weight, &bias});
-  else check_float_args("linear", {&x, &weight});
+  const bool bf16 = has_bias ? bf16_on_cpu("linear", {&x, &weight, &bias}) : bf16_on_cpu("linear", {&x, &weight});
+  if (bf16) return to_bf16(linear(to_f32(x), to_f32(weight), to_f32(bias)));
   check_cpu("linear", x);
   ZDL_CHECK(weight.dim() == 2, "linear: weight must be 2-D [out, in], got weight.shape=", shape_str(weight.shape()));
   ZDL_CHECK(x.dim() >= 1, "linear: x must have at least 1 dim [..., in], got x.shape=", shape_str(x.shape()));

@@ -15,6 +15,7 @@
 
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "autograd/ops/bf16_compute.h"
 #include "autograd/ops/op_checks.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/dropout.h"
@@ -63,7 +64,7 @@ void check_ln_param(const Tensor& p, const char* arg, const Tensor& x) {
 // ---- gelu ----
 
 Tensor gelu(const Tensor& x) {
-  check_float_args("gelu", {&x});
+  if (bf16_on_cpu("gelu", {&x})) return to_bf16(gelu(to_f32(x)));
   check_cpu("gelu", x);
   Tensor xc = dense(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -94,6 +95,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   ZDL_CHECK(eps >= 0.0, "layer_norm: eps must be >= 0, got ", eps);
   check_ln_param(weight, "weight", x);
   check_ln_param(bias, "bias", x);
+  if (bf16_on_cpu("layer_norm", {&x})) return to_bf16(layer_norm(to_f32(x), to_f32(weight), to_f32(bias), eps));
   const int64_t C = x.size(-1), rows = x.numel() / C;
   Tensor xc = dense(x);
   Tensor wc = weight.defined() ? dense(weight).detach() : Tensor();
@@ -138,7 +140,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // ---- softmax ----
 
 Tensor softmax(const Tensor& x, int64_t dim) {
-  check_float_args("softmax", {&x});
+  if (bf16_on_cpu("softmax", {&x})) return to_bf16(softmax(to_f32(x), dim));
   check_cpu("softmax", x);
   ZDL_CHECK(x.dim() >= 1, "softmax: needs at least one dimension, got shape=", shape_str(x.shape()));
   const int64_t d = x.wrap_dim(dim);
@@ -168,7 +170,7 @@ Tensor softmax(const Tensor& x, int64_t dim) {
 // ---- embedding ----
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
-  check_float_args("embedding", {&weight});
+  if (bf16_on_cpu("embedding", {&weight})) return to_bf16(embedding(to_f32(weight), ids));
   check_cpu("embedding", weight);
   check_index_arg("embedding", ids, "ids");
   ZDL_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [V, C], got weight shape=", shape_str(weight.shape()),
@@ -215,7 +217,9 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 // ---- cross_entropy ----
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
-  check_float_args("cross_entropy", {&logits});
+  // bf16 logits: the loss stays f32 (as under PyTorch autocast, losses are reduced in f32);
+  // the gradient w.r.t. the logits comes back bf16 through the cast.
+  if (bf16_on_cpu("cross_entropy", {&logits})) return cross_entropy(to_f32(logits), targets, ignore_index);
   check_cpu("cross_entropy", logits);
   check_index_arg("cross_entropy", targets, "targets");
   ZDL_CHECK(logits.dim() == 2 && targets.dim() == 1 && logits.size(0) == targets.size(0),
@@ -278,6 +282,8 @@ Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed, uint64_t
   check_cpu("dropout", x);
   ZDL_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got p=", p, " (x shape=", shape_str(x.shape()), ")");
   if (!training || p == 0.0) return x;
+  // The mask depends only on (seed, stream, i), so the f32 detour drops the same elements.
+  if (bf16_on_cpu("dropout", {&x})) return to_bf16(dropout(to_f32(x), p, training, seed, stream));
   Tensor xc = dense(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (out.numel() == 0) return out;

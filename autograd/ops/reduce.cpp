@@ -4,6 +4,7 @@
 
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "autograd/ops/bf16_compute.h"
 #include "autograd/ops/op_checks.h"
 #include "kernels/cpu/reduce.h"
 
@@ -75,7 +76,7 @@ Tensor sum_forward(const Tensor& a, const std::vector<int64_t>& dims, bool keepd
 }  // namespace
 
 Tensor sum(const Tensor& a, const std::vector<int64_t>& dims_in, bool keepdim) {
-  check_float_args("sum", {&a});
+  if (bf16_on_cpu("sum", {&a})) return to_bf16(sum(to_f32(a), dims_in, keepdim));
   check_cpu("sum", a);
   std::vector<int64_t> dims = normalize_dims(a, dims_in);
   Tensor out = sum_forward(a, dims, keepdim);
@@ -98,12 +99,15 @@ Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
   int64_t count = 1;
   for (int64_t d : normalize_dims(a, dims)) count *= a.shape()[d];
   ZDL_CHECK(count > 0, "mean over zero elements (shape=", shape_str(a.shape()), ")");
+  // bf16: one rounding of the f32 mean, not one after the sum and another after the scaling.
+  if (bf16_on_cpu("mean", {&a})) return to_bf16(mean(to_f32(a), dims, keepdim));
   return mul(sum(a, dims, keepdim), 1.0 / static_cast<double>(count));
 }
 
 Tensor mean(const Tensor& a) {
   check_defined(a, "mean", "a");
   ZDL_CHECK(a.numel() > 0, "mean of an empty tensor (shape=", shape_str(a.shape()), ")");
+  if (bf16_on_cpu("mean", {&a})) return to_bf16(mean(to_f32(a)));
   return mul(sum(a), 1.0 / static_cast<double>(a.numel()));
 }
 

@@ -41,6 +41,10 @@ void binary_rows(const StridedRows<3>& it, T* out, const T* a, const T* b, F f) 
   }
 }
 
+// The type T is computed in: bf16 in f32 (rounded once, on store), others in themselves.
+template <class T> struct compute_type { using type = T; };
+template <> struct compute_type<BFloat16> { using type = float; };
+
 template <class T, class F>
 void unary_map(int64_t n, const T* x, T* out, F f) {
   parallel_for(n, 4, [&](int64_t lo, int64_t hi) {
@@ -80,6 +84,8 @@ void unary(UnaryOp op, int64_t n, const T* x, T* out, double s) {
 
 template <class T>
 void accumulate(const StridedRows<2>& it, T* dst, const T* src) {
+  using C = typename compute_type<T>::type;
+  auto add = [](T d, T s) { return static_cast<T>(static_cast<C>(d) + static_cast<C>(s)); };
   int64_t rows = it.rows(), inner = it.inner();
   auto is = it.inner_strides();
   auto row = [&](int64_t r, int64_t lo, int64_t hi) {
@@ -88,9 +94,9 @@ void accumulate(const StridedRows<2>& it, T* dst, const T* src) {
     const T* s = src + off[1];
     if (is[0] == 1 && is[1] == 1) {
 #pragma omp simd
-      for (int64_t i = lo; i < hi; ++i) d[i] += s[i];
+      for (int64_t i = lo; i < hi; ++i) d[i] = add(d[i], s[i]);
     } else {
-      for (int64_t i = lo; i < hi; ++i) d[i * is[0]] += s[i * is[1]];
+      for (int64_t i = lo; i < hi; ++i) d[i * is[0]] = add(d[i * is[0]], s[i * is[1]]);
     }
   };
   if (rows == 1) {
@@ -102,12 +108,25 @@ void accumulate(const StridedRows<2>& it, T* dst, const T* src) {
   }
 }
 
+template <class T>
+void scale(int64_t n, T* x, double s) {
+  using C = typename compute_type<T>::type;
+  const C cs = static_cast<C>(s);
+  parallel_for(n, 4, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i) x[i] = static_cast<T>(static_cast<C>(x[i]) * cs);
+  });
+}
+
 #define ZDL_INSTANTIATE(T)                                                                  \
   template void binary<T>(BinaryOp, const StridedRows<3>&, T*, const T*, const T*);        \
   template void unary<T>(UnaryOp, int64_t, const T*, T*, double);                          \
-  template void accumulate<T>(const StridedRows<2>&, T*, const T*);
+  template void accumulate<T>(const StridedRows<2>&, T*, const T*);                       \
+  template void scale<T>(int64_t, T*, double);
 ZDL_INSTANTIATE(float)
 ZDL_INSTANTIATE(double)
 #undef ZDL_INSTANTIATE
+template void accumulate<BFloat16>(const StridedRows<2>&, BFloat16*, const BFloat16*);
+template void scale<BFloat16>(int64_t, BFloat16*, double);
 
 }  // namespace zdl::kernels::cpu

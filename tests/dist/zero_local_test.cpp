@@ -32,3 +32,11 @@ TEST(ZeroLocal, TrafficFollowsClosedForms) {
 TEST(ZeroLocal, Zero3ShardsMatchFullInit) { expect_zero3_shards_match_full_init(local()); }
 
 }  // namespace zdl::dist::testing
+
+namespace zdl::dist::testing {
+
+TEST(ZeroLocal, Bf16TracksF32) {
+  for (ZeroStage s : kAllStages) expect_bf16_tracks_f32(local(), s);
+}
+
+}  // namespace zdl::dist::testing

@@ -5,6 +5,7 @@ Uses a small generated text file in a temporary directory (never ../shared).
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,8 +16,14 @@ SMALL = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--seq", "16", "--
          "--eval-every", "0", "--warmup", "2", "--lr", "3e-3"]
 
 
-def run(*args, check=True):
-    p = subprocess.run([TRAIN_GPT, *args], capture_output=True, text=True, timeout=600)
+MPIRUN = shutil.which("mpirun")
+MPI_ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+def run(*args, check=True, ranks=0):
+    cmd = [MPIRUN, "-np", str(ranks), TRAIN_GPT, *args] if ranks else [TRAIN_GPT, *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=MPI_ENV if ranks else None)
     if check and p.returncode != 0:
         raise AssertionError(f"train_gpt {' '.join(args)} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
     return p
@@ -116,6 +123,39 @@ class TrainGptCli(unittest.TestCase):
         p = run("--resume", self.p("ck"), "--data", self.data, *SMALL, "--steps", "4", check=False)
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("changed", p.stderr)
+
+
+    @unittest.skipIf(MPIRUN is None, "no mpirun")
+    def test_zero_stages_under_mpirun_report_memory_and_traffic(self):
+        for stage in ("0", "3"):
+            m = self.p(f"z{stage}.jsonl")
+            run("--data", self.data, *SMALL, "--steps", "3", "--zero-stage", stage, "--metrics", m,
+                "--metrics-all-ranks", ranks=2)
+            rows = [json.loads(l) for l in open(m)]
+            self.assertEqual(rows[0]["world_size"], 2)
+            step = [r for r in rows if "loss" in r][-1]
+            for key in ("param", "grad", "optim", "activation", "comm", "peak"):
+                self.assertIn(key, step["mem"])
+            psi = rows[0]["params_padded"]
+            if stage == "0":
+                self.assertEqual(step["comm"]["all_reduce/grad_reduce"]["payload"], 4 * psi)
+                self.assertEqual(step["mem"]["optim"], 8 * psi)
+            else:
+                self.assertEqual(step["comm"]["all_gather/forward_gather"]["payload"], 4 * psi)
+                self.assertEqual(step["mem"]["param_shard"], 4 * psi // 2)
+            self.assertTrue(os.path.exists(self.p(f"z{stage}.rank1.jsonl")))
+
+    @unittest.skipIf(MPIRUN is None, "no mpirun")
+    def test_checkpoint_from_zero3_on_2_ranks_resumes_on_1_rank_ddp(self):
+        run("--data", self.data, *SMALL, "--steps", "6", "--metrics", self.p("straight.jsonl"))
+        run("--data", self.data, *SMALL, "--steps", "6", "--stop-after", "3", "--zero-stage", "3",
+            "--save", self.p("ck"), ranks=2)
+        run("--resume", self.p("ck"), "--data", self.data, *SMALL, "--steps", "6", "--zero-stage", "0",
+            "--metrics", self.p("resumed.jsonl"))
+        straight, resumed = losses(self.p("straight.jsonl")), losses(self.p("resumed.jsonl"))
+        self.assertEqual(sorted(resumed), [4, 5, 6])
+        for s in (4, 5, 6):
+            self.assertAlmostEqual(straight[s], resumed[s], delta=1e-4 * abs(straight[s]))
 
 
 if __name__ == "__main__":

@@ -40,3 +40,113 @@ TEST(ZeroMpi, TrafficFollowsClosedForms) {
 TEST(ZeroMpi, Zero3ShardsMatchFullInit) { expect_zero3_shards_match_full_init(world()); }
 
 }  // namespace zdl::dist::testing
+
+namespace zdl::dist::testing {
+
+namespace {
+
+// Three blocks and no root parameters; the last rank skips block 1 when `skip` is set.
+struct BlockStack : nn::Module {
+  std::vector<std::shared_ptr<nn::Block>> blocks;
+  bool skip = false;
+  int rank = 0, last = 0;
+  BlockStack() : nn::Module("BlockStack") {
+    for (int i = 0; i < 3; ++i)
+      blocks.push_back(register_module("b" + std::to_string(i),
+                                       std::make_shared<nn::Block>(nn::BlockOptions{.n_embd = 8, .n_head = 2})));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = x;
+    for (size_t i = 0; i < blocks.size(); ++i)
+      if (!(skip && rank == last && i == 1)) h = (*blocks[i])(h);
+    return h;
+  }
+};
+
+}  // namespace
+
+TEST(ZeroMpi, DivergentRanksFailWithTheFirstDifferingUnitInsteadOfHanging) {
+  for (ZeroStage stage : {ZeroStage::DDP, ZeroStage::Three}) {
+    std::shared_ptr<Communicator> shared(&world(), [](Communicator*) {});
+    ZeroPartitioner zero(shared, ZeroOptions{.stage = stage});
+    std::shared_ptr<BlockStack> model;
+    {
+      auto scope = zero.placement_scope(3);
+      model = std::make_shared<BlockStack>();
+    }
+    zero.wrap(*model);
+    model->rank = world().rank();
+    model->last = world().size() - 1;
+    Tensor x = Tensor::randn({2, 4, 8}, 5);
+    sum((*model)(x)).backward();  // all ranks agree: fine
+    zero.zero_grad();
+    model->skip = true;
+    std::string msg;
+    try {
+      sum((*model)(x)).backward();
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find("ranks diverged"), std::string::npos) << world().prefix() << " " << stage_name(stage) << ": "
+                                                              << msg;
+    EXPECT_NE(msg.find("unit 'b1'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(world().prefix()), std::string::npos) << msg;
+  }
+}
+
+TEST(ZeroMpi, Zero3TrainsUnderACapWhereDdpRunsOutOfMemory) {
+  if (world().size() != 4) GTEST_SKIP() << "written for 4 ranks";
+  // 8 blocks of C=32: P ~ 8 * 12 * 32^2 ~ 100k elements, 16P bytes of model states under DDP.
+  nn::GPTConfig cfg{.vocab_size = 64, .block_size = 16, .n_layer = 8, .n_head = 4, .n_embd = 32};
+  int64_t P = 0;
+  {
+    nn::GPT probe(cfg);
+    P = probe.num_parameters();
+  }
+  const int64_t base = memory_ledger().stats(Device::cpu()).total_current;
+  const int64_t cap = base + 10 * P;  // DDP needs 16P for model states; ZeRO-3 at N=4 needs 4P + one unit
+  std::shared_ptr<Communicator> shared(&world(), [](Communicator*) {});
+  auto attempt = [&](ZeroStage stage) -> std::string {
+    memory_ledger().reset_peaks(Device::cpu());
+    memory_ledger().set_cap(DeviceType::CPU, cap);
+    std::string err;
+    try {
+      ZeroPartitioner zero(shared, ZeroOptions{.stage = stage});
+      std::shared_ptr<nn::GPT> model;
+      {
+        auto scope = zero.placement_scope(1);
+        model = std::make_shared<nn::GPT>(cfg);
+      }
+      zero.wrap(*model);
+      ZeroAdamW opt(zero, adam_opts(), 0.1);
+      RunConfig rc{.batch = 4, .seq = 16};
+      for (int s = 0; s < 2; ++s) {
+        auto [x, y] = global_batch(rc, cfg.vocab_size, s, 0);
+        model->loss(rows(x, world().rank(), 4), rows(y, world().rank(), 4)).backward();
+        opt.step(zero.clip_grad_norm(1.0));
+        zero.zero_grad();
+      }
+      EXPECT_LE(memory_ledger().stats(Device::cpu()).total_peak, cap);
+    } catch (const OutOfMemoryError& e) {
+      err = e.what();
+    }
+    memory_ledger().set_cap(DeviceType::CPU, 0);
+    return err;
+  };
+  std::string ddp = attempt(ZeroStage::DDP);
+  EXPECT_NE(ddp.find("out of memory"), std::string::npos) << world().prefix() << " DDP should not fit: " << ddp;
+  EXPECT_NE(ddp.find("of category '"), std::string::npos) << ddp;
+  EXPECT_NE(ddp.find(world().prefix()), std::string::npos) << ddp;
+  std::string z3 = attempt(ZeroStage::Three);
+  EXPECT_EQ(z3, "") << world().prefix() << " ZeRO-3 should fit under the cap";
+}
+
+}  // namespace zdl::dist::testing
+
+namespace zdl::dist::testing {
+
+TEST(ZeroMpi, Bf16TracksF32) {
+  for (ZeroStage s : kAllStages) expect_bf16_tracks_f32(world(), s);
+}
+
+}  // namespace zdl::dist::testing

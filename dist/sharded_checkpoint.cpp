@@ -1,0 +1,662 @@
+#include "dist/sharded_checkpoint.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "io/file.h"
+#include "io/gpt2_format.h"
+#include "io/safetensors.h"
+
+namespace zdl::dist {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
+
+constexpr const char* kFormat = "zdl-sharded-checkpoint";
+constexpr const char* kLayoutFile = "layout.json";
+constexpr uint64_t kMaxLayoutBytes = 256ull << 20;
+// What each owned range stores, in this order.
+constexpr const char* kStates[3] = {"master", "exp_avg", "exp_avg_sq"};
+
+std::string rank_file_name(int r, int n) {
+  return "rank-" + std::to_string(r) + "-of-" + std::to_string(n) + ".safetensors";
+}
+
+std::string entry_name(const std::string& param, const char* state, int64_t begin) {
+  return param + ":" + state + "@" + std::to_string(begin);
+}
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// "<parent>/.<name><suffix>": siblings of the checkpoint directory on the same file system.
+std::string sibling(const std::string& dir, const char* suffix) {
+  fs::path p = fs::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // "ckpt/" -> "ckpt"
+  std::string name(".");
+  name += p.filename().string();
+  name += suffix;
+  return (p.parent_path() / name).string();
+}
+
+std::string parent_of(const std::string& dir) {
+  fs::path p = fs::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  std::string parent = p.parent_path().string();
+  return parent.empty() ? "." : parent;
+}
+
+// The directory to load: <dir>, or the ".old" sibling left by an interrupted fallback save
+// (file systems without RENAME_EXCHANGE).
+std::string resolve_dir(const std::string& dir) {
+  if (fs::is_directory(dir)) return dir;
+  std::string old = sibling(dir, ".old");
+  if (fs::is_directory(old) && fs::exists(fs::path(old) / kLayoutFile)) return old;
+  ZDL_CHECK(false, "sharded checkpoint '", dir, "' does not exist (no directory there)");
+  return dir;
+}
+
+// ---- which elements a rank owns ----
+
+// Elements [lo, hi) of unit `unit` that belong to parameter `slot` (unit element indices).
+struct OwnedRange {
+  const ParamUnit* unit;
+  const ParamSlot* slot;
+  int64_t lo, hi;
+  int64_t param_begin() const { return lo - slot->offset; }
+  int64_t param_end() const { return hi - slot->offset; }
+};
+
+// Block r of every unit, cut at parameter boundaries (padding belongs to no parameter).
+std::vector<OwnedRange> owned_ranges(ZeroPartitioner& zero, int r) {
+  std::vector<OwnedRange> out;
+  for (auto& u : zero.units()) {
+    const int64_t b = r * u->shard_size, e = b + u->shard_size;
+    for (const ParamSlot& s : u->slots) {
+      int64_t lo = std::max(b, s.offset), hi = std::min(e, s.offset + s.numel);
+      if (lo < hi) out.push_back({u.get(), &s, lo, hi});
+    }
+  }
+  return out;
+}
+
+// Flat elements [at, at + n) of a contiguous 1-D tensor, as a view.
+Tensor flat_range(const Tensor& t, int64_t at, int64_t n) {
+  return Tensor::from_storage(t.storage(), {n}, {1}, t.offset() + at, t.dtype());
+}
+
+// The master-sized tensors of a unit, in kStates order.
+std::array<Tensor, 3> unit_states(const ParamUnit& u) { return {u.master, u.exp_avg, u.exp_avg_sq}; }
+
+// ---- collective failure handling ----
+
+enum class FileProblem : int { Missing = 0, Truncated = 1, Corrupted = 2, Malformed = 3 };
+const char* problem_text(FileProblem p) {
+  switch (p) {
+    case FileProblem::Missing: return "is missing";
+    case FileProblem::Truncated: return "has the wrong size (truncated or overwritten)";
+    case FileProblem::Corrupted: return "is corrupted (FNV-1a 64 checksum mismatch)";
+    case FileProblem::Malformed: return "does not hold the entries layout.json lists";
+  }
+  return "is bad";
+}
+
+// An error about one file of the checkpoint: every rank can name it in its own error.
+class FileError : public Error {
+ public:
+  FileError(const std::string& msg, int64_t file, FileProblem p) : Error(msg), file(file), problem(p) {}
+  int64_t file;
+  FileProblem problem;
+};
+
+constexpr int64_t kOk = -1, kOtherFailure = -2;
+
+// Runs f on this rank, then agrees with every rank on whether all succeeded (one all-gather,
+// which is also the barrier between phases). A failure anywhere throws on every rank: the
+// failing rank its own error, the others one that names the file or the rank, so no rank is
+// left waiting in a later collective.
+template <class F>
+void on_every_rank(Communicator& comm, const std::string& what, const std::vector<std::string>& file_names, F&& f) {
+  int64_t code = kOk;
+  std::string msg;
+  try {
+    f();
+  } catch (const FileError& e) {
+    code = e.file * 4 + static_cast<int>(e.problem);
+    msg = e.what();
+  } catch (const std::exception& e) {  // zdl::Error, std::filesystem errors, JSON errors
+    code = kOtherFailure;
+    msg = e.what();
+  }
+  const std::vector<int64_t> codes = comm.all_gather_i64(code);
+  if (std::all_of(codes.begin(), codes.end(), [](int64_t c) { return c == kOk; })) return;
+  if (code != kOk) throw Error(detail::str(comm.prefix(), " ", what, ": ", msg));
+  for (size_t r = 0; r < codes.size(); ++r) {
+    if (codes[r] == kOk) continue;
+    if (codes[r] >= 0) {
+      const int64_t file = codes[r] / 4;
+      const std::string name = file < static_cast<int64_t>(file_names.size()) ? file_names[file] : "?";
+      throw Error(detail::str(comm.prefix(), " ", what, ": '", name, "' ",
+                              problem_text(static_cast<FileProblem>(codes[r] % 4)), " (found by rank ", r,
+                              "; see its error)"));
+    }
+    throw Error(detail::str(comm.prefix(), " ", what, ": rank ", r, " failed (see its error); stopping here too"));
+  }
+}
+
+// ---- layout.json ----
+
+struct LayoutParam {
+  std::string name;
+  Shape shape;
+  std::string unit;
+  int64_t offset = 0;
+};
+
+struct LayoutEntry {
+  std::string param;
+  int64_t begin = 0, end = 0;
+};
+
+struct LayoutFile {
+  std::string name;
+  uint64_t bytes = 0;
+  std::string fnv1a64;
+  std::vector<LayoutEntry> entries;
+};
+
+// Where a parameter's elements [begin, end) are stored.
+struct Piece {
+  size_t file;
+  int64_t begin, end;
+};
+
+struct Layout {
+  std::string dir;  // resolved
+  int world_size = 0;
+  int stage = 0;
+  DType master_dtype = DType::F32;
+  int64_t optimizer_step = 0;
+  io::TrainState state;
+  std::vector<LayoutParam> params;        // in unit order, then offset order
+  std::vector<std::string> unit_order;    // unit names as saved
+  std::vector<LayoutFile> files;          // index = rank
+  std::map<std::string, std::vector<Piece>> pieces;  // param -> sorted, tiling [0, numel)
+  std::vector<std::string> file_names() const {
+    std::vector<std::string> out;
+    for (auto& f : files) out.push_back(f.name);
+    return out;
+  }
+};
+
+ordered_json train_state_json(const io::TrainState& st) {
+  return {{"step", st.step}, {"data_position", st.data_position}, {"counters", st.counters}, {"metadata", st.metadata}};
+}
+
+Layout read_layout(const std::string& dir) {
+  Layout L;
+  L.dir = resolve_dir(dir);
+  const std::string path = (fs::path(L.dir) / kLayoutFile).string();
+  ZDL_CHECK(fs::exists(path), "sharded checkpoint '", dir, "' has no ", kLayoutFile, " (not a sharded zdl checkpoint?)");
+  io::InputFile f(path);
+  ZDL_CHECK(f.size() <= kMaxLayoutBytes, "'", path, "' is ", f.size(), " bytes, more than the ", kMaxLayoutBytes,
+            " allowed (corrupted?)");
+  std::string text(f.size(), '\0');
+  f.read_exact(0, text.data(), text.size(), "the layout");
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  ZDL_CHECK(!j.is_discarded() && j.is_object(), "'", path, "' is not a JSON object (corrupted or truncated?)");
+  ZDL_CHECK(j.value("format", "") == kFormat, "'", path, "' is not a sharded zdl checkpoint layout (format=",
+            j.contains("format") ? j["format"].dump() : "missing", ")");
+  ZDL_CHECK(j.contains("format_version") && j["format_version"].is_number_integer(), "'", path,
+            "' has no integer format_version");
+  const int64_t v = j["format_version"].get<int64_t>();
+  ZDL_CHECK(v <= kShardedCheckpointFormatVersion, "sharded checkpoint '", dir, "' has format_version ", v,
+            ", newer than the version ", kShardedCheckpointFormatVersion,
+            " this build reads: load it with a newer zdl");
+  ZDL_CHECK(v >= 1, "'", path, "' has invalid format_version ", v);
+  try {
+    L.world_size = j.at("world_size").get<int>();
+    L.stage = j.at("stage").get<int>();
+    L.master_dtype = io::dtype_from_safetensors_name(j.at("master_dtype").get<std::string>());
+    L.optimizer_step = j.at("optimizer_step").get<int64_t>();
+    L.state.step = j.at("step").get<int64_t>();
+    L.state.data_position = j.at("data_position").get<int64_t>();
+    L.state.counters = j.at("counters").get<std::map<std::string, uint64_t>>();
+    L.state.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
+    for (const json& u : j.at("units")) L.unit_order.push_back(u.at("name").get<std::string>());
+    for (const json& p : j.at("parameters"))
+      L.params.push_back({p.at("name").get<std::string>(), p.at("shape").get<Shape>(), p.at("unit").get<std::string>(),
+                          p.at("offset").get<int64_t>()});
+    for (const json& fj : j.at("files")) {
+      LayoutFile lf;
+      lf.name = fj.at("name").get<std::string>();
+      lf.bytes = fj.at("bytes").get<uint64_t>();
+      lf.fnv1a64 = fj.at("fnv1a64").get<std::string>();
+      for (const json& e : fj.at("entries"))
+        lf.entries.push_back({e.at("param").get<std::string>(), e.at("begin").get<int64_t>(), e.at("end").get<int64_t>()});
+      L.files.push_back(std::move(lf));
+    }
+  } catch (const json::exception& e) {
+    ZDL_CHECK(false, "'", path, "' has a missing or mistyped field: ", e.what());
+  }
+  ZDL_CHECK(L.world_size >= 1 && static_cast<int>(L.files.size()) == L.world_size, "'", path, "': world_size ",
+            L.world_size, " but ", L.files.size(), " rank files listed");
+  ZDL_CHECK(L.master_dtype == DType::F32 || L.master_dtype == DType::F64, "'", path, "': master_dtype ",
+            dtype_name(L.master_dtype), " is not f32 or f64");
+  for (auto& f : L.files)
+    ZDL_CHECK(!f.name.empty() && f.name.find('/') == std::string::npos && f.name != "." && f.name != "..", "'", path,
+              "' lists a rank file named '", f.name, "' (names must be plain file names in the checkpoint directory)");
+  return L;
+}
+
+// Checks that the rank files' entries tile every parameter exactly once, and indexes them.
+void index_pieces(Layout& L) {
+  const std::string where = (fs::path(L.dir) / kLayoutFile).string();
+  std::map<std::string, int64_t> numel;
+  for (auto& p : L.params) {
+    for (int64_t d : p.shape) ZDL_CHECK(d >= 0, "'", where, "': parameter '", p.name, "' has shape ", shape_str(p.shape));
+    ZDL_CHECK(numel.emplace(p.name, numel_of(p.shape)).second, "'", where, "' lists parameter '", p.name, "' twice");
+  }
+  for (size_t fi = 0; fi < L.files.size(); ++fi)
+    for (auto& e : L.files[fi].entries) {
+      ZDL_CHECK(numel.count(e.param), "'", where, "': ", L.files[fi].name, " holds '", e.param,
+                "', which is not among the parameters");
+      L.pieces[e.param].push_back({fi, e.begin, e.end});
+    }
+  for (auto& [name, n] : numel) {
+    auto& ps = L.pieces[name];
+    std::sort(ps.begin(), ps.end(), [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+    int64_t covered = 0;
+    for (auto& p : ps) {
+      ZDL_CHECK(p.begin == covered && p.end > p.begin, "'", where, "' is inconsistent: elements of parameter '", name,
+                "' from ", covered, " on are not stored exactly once (next piece [", p.begin, ", ", p.end, ") in ",
+                L.files[p.file].name, ")");
+      covered = p.end;
+    }
+    ZDL_CHECK(covered == n, "'", where, "' is inconsistent: parameter '", name, "' has ", n,
+              " elements but the rank files hold [0, ", covered, ")");
+  }
+}
+
+// Every name and shape of the wrapped model against the layout, all differences in one error.
+void check_same_model(const Layout& L, ZeroPartitioner& zero, const std::string& dir) {
+  std::map<std::string, Shape> saved;
+  for (auto& p : L.params) saved[p.name] = p.shape;
+  std::string problems;
+  auto problem = [&](const std::string& p) { problems += (problems.empty() ? "" : "; ") + p; };
+  for (auto& u : zero.units())
+    for (const ParamSlot& s : u->slots) {
+      auto it = saved.find(s.name);
+      if (it == saved.end()) {
+        problem("missing: " + s.name);
+        continue;
+      }
+      if (it->second != s.param.shape())
+        problem(s.name + " (model has " + shape_str(s.param.shape()) + ", checkpoint has " + shape_str(it->second) + ")");
+      saved.erase(it);
+    }
+  for (auto& [n, shape] : saved) problem("unexpected: " + n);
+  ZDL_CHECK(problems.empty(), "sharded checkpoint '", dir,
+            "' is a checkpoint from a different model (parameter names/shapes differ): ", problems);
+}
+
+// ---- reading rank files ----
+
+// Opens rank file `fi` after checking its size and checksum against the layout, and that it
+// holds every entry the layout lists for it with the right dtype and shape.
+std::unique_ptr<io::SafetensorsReader> open_verified(const Layout& L, size_t fi) {
+  const LayoutFile& lf = L.files[fi];
+  const std::string path = (fs::path(L.dir) / lf.name).string();
+  const int64_t i = static_cast<int64_t>(fi);
+  if (!fs::exists(path))
+    throw FileError(detail::str("rank file '", path, "' is missing"), i, FileProblem::Missing);
+  const uint64_t have = fs::file_size(path);
+  if (have != lf.bytes)
+    throw FileError(detail::str("rank file '", path, "' is ", have, " bytes but ", lf.bytes, " were written (",
+                                have < lf.bytes ? "truncated" : "overwritten", ")"),
+                    i, FileProblem::Truncated);
+  const std::string sum = hex64(io::fnv1a64_file(path));
+  if (sum != lf.fnv1a64)
+    throw FileError(detail::str("rank file '", path, "' is corrupted (FNV-1a 64 checksum ", sum, " != recorded ",
+                                lf.fnv1a64, ")"),
+                    i, FileProblem::Corrupted);
+  std::unique_ptr<io::SafetensorsReader> r;
+  try {
+    r = std::make_unique<io::SafetensorsReader>(path);
+    for (auto& e : lf.entries)
+      for (const char* st : kStates) {
+        const io::SafetensorsEntry& se = r->entry(entry_name(e.param, st, e.begin));
+        ZDL_CHECK(se.dtype == L.master_dtype && se.shape == Shape{e.end - e.begin}, "rank file '", path, "': '",
+                  se.name, "' is ", io::safetensors_dtype_name(se.dtype), " ", shape_str(se.shape),
+                  " but layout.json says ", io::safetensors_dtype_name(L.master_dtype), " [", e.end - e.begin, "]");
+      }
+    ZDL_CHECK(r->header().entries.size() == 3 * lf.entries.size(), "rank file '", path, "' holds ",
+              r->header().entries.size(), " tensors, layout.json lists ", 3 * lf.entries.size());
+  } catch (const FileError&) {
+    throw;
+  } catch (const Error& e) {
+    throw FileError(e.what(), i, FileProblem::Malformed);
+  }
+  return r;
+}
+
+// Rank files opened on first use, each verified once.
+class RankFiles {
+ public:
+  explicit RankFiles(const Layout& L) : L_(L), open_(L.files.size()) {}
+  const io::SafetensorsReader& get(size_t fi) {
+    if (!open_[fi]) open_[fi] = open_verified(L_, fi);
+    return *open_[fi];
+  }
+  // Flat elements [a, b) of `state` of parameter `param` into dst ([b - a] contiguous).
+  void read(const std::string& param, int state, int64_t a, int64_t b, const Tensor& dst) {
+    for (const Piece& p : L_.pieces.at(param)) {
+      const int64_t lo = std::max(a, p.begin), hi = std::min(b, p.end);
+      if (lo >= hi) continue;
+      get(p.file).read_elements(entry_name(param, kStates[state], p.begin), lo - p.begin, flat_range(dst, lo - a, hi - lo));
+    }
+  }
+  // Verifies (without reading values) every file holding a part of [a, b) of `param`.
+  void verify(const std::string& param, int64_t a, int64_t b) {
+    for (const Piece& p : L_.pieces.at(param))
+      if (std::max(a, p.begin) < std::min(b, p.end)) get(p.file);
+  }
+
+ private:
+  const Layout& L_;
+  std::vector<std::unique_ptr<io::SafetensorsReader>> open_;
+};
+
+// This rank's part of parameter `s` of unit `u`: elements [lo, hi) of the unit in its master.
+struct MasterRange {
+  int64_t lo, hi;
+};
+MasterRange master_range(const ParamUnit& u, const ParamSlot& s) {
+  const int64_t mb = u.master_begin, me = mb + u.master.numel();
+  return {std::max(mb, s.offset), std::min(me, s.offset + s.numel)};
+}
+
+template <class F>
+auto with_fs_errors(const std::string& dir, const char* what, F&& f) {
+  try {
+    return f();
+  } catch (const fs::filesystem_error& e) {
+    ZDL_CHECK(false, what, "('", dir, "'): ", e.what());
+    throw;
+  }
+}
+
+// ---- GPT-2 consolidation ----
+
+// The GPT config stored with the checkpoint (train_gpt's config JSON), checked against the
+// saved parameter shapes.
+nn::GPTConfig gpt_config_of(const Layout& L, const std::string& dir) {
+  auto it = L.state.metadata.find("config");
+  ZDL_CHECK(it != L.state.metadata.end(), "consolidate_sharded('", dir,
+            "'): the checkpoint has no GPT config in its metadata[\"config\"] (save it in the TrainState's metadata, "
+            "as train_gpt does) so n_head and the vocabulary size are known");
+  json j = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  ZDL_CHECK(!j.is_discarded() && j.is_object(), "consolidate_sharded('", dir, "'): metadata[\"config\"] is not a JSON object");
+  nn::GPTConfig cfg;
+  try {
+    cfg.vocab_size = j.at("vocab_size").get<int64_t>();
+    cfg.padded_vocab_size = j.value("padded_vocab_size", int64_t{0});
+    cfg.block_size = j.at("block_size").get<int64_t>();
+    cfg.n_layer = j.at("n_layer").get<int64_t>();
+    cfg.n_head = j.at("n_head").get<int64_t>();
+    cfg.n_embd = j.at("n_embd").get<int64_t>();
+  } catch (const json::exception& e) {
+    ZDL_CHECK(false, "consolidate_sharded('", dir, "'): metadata[\"config\"] lacks a field: ", e.what());
+  }
+  cfg.bias = std::any_of(L.params.begin(), L.params.end(), [](const LayoutParam& p) { return p.name == "ln_f.bias"; });
+  cfg.validate();
+  return cfg;
+}
+
+// The parameter's shape in zdl for a GPT-2 file tensor (Linear is the transpose of Conv1D;
+// wte keeps its padding rows).
+Shape zdl_shape(const io::Gpt2Tensor& t, const nn::GPTConfig& cfg) {
+  if (t.conv1d) return {t.file_shape[1], t.file_shape[0]};
+  if (t.name == "wte.weight") return {cfg.padded_vocab(), cfg.n_embd};
+  return t.file_shape;
+}
+
+void consolidate_impl(const std::string& dir, const std::string& out_path) {
+  Layout L = read_layout(dir);
+  index_pieces(L);
+  const nn::GPTConfig cfg = gpt_config_of(L, dir);
+  std::map<std::string, const LayoutParam*> by_name;
+  for (auto& p : L.params) by_name[p.name] = &p;
+
+  // The checkpoint must be exactly a GPT of that config.
+  const std::vector<io::Gpt2Tensor> gpt2 = io::gpt2_layout(cfg);
+  std::map<std::string, const io::Gpt2Tensor*> wanted;
+  std::string problems;
+  auto problem = [&](const std::string& p) { problems += (problems.empty() ? "" : "; ") + p; };
+  for (auto& t : gpt2) {
+    wanted[t.name] = &t;
+    auto it = by_name.find(t.name);
+    if (it == by_name.end()) {
+      if (!(t.bias && !cfg.bias)) problem("missing: " + t.name);
+      continue;
+    }
+    if (it->second->shape != zdl_shape(t, cfg))
+      problem(t.name + " (config wants " + shape_str(zdl_shape(t, cfg)) + ", checkpoint has " +
+              shape_str(it->second->shape) + ")");
+  }
+  for (auto& p : L.params)
+    if (!wanted.count(p.name)) problem("unexpected: " + p.name);
+  ZDL_CHECK(problems.empty(), "consolidate_sharded('", dir, "'): the checkpoint is not the GPT its config describes (",
+            "n_layer=", cfg.n_layer, ", n_embd=", cfg.n_embd, ", vocab_size=", cfg.vocab_size, ", padded_vocab=",
+            cfg.padded_vocab(), ", block_size=", cfg.block_size, "): ", problems);
+
+  // Data order: the saved parameters unit by unit (the order they were trained in), then the
+  // zero biases of a bias=false model. All f32, so every tensor is aligned.
+  std::vector<io::SafetensorsTensorSpec> specs;
+  std::vector<const io::Gpt2Tensor*> order;
+  for (auto& p : L.params) {
+    order.push_back(wanted.at(p.name));
+    specs.push_back({p.name, DType::F32, order.back()->file_shape});
+  }
+  for (auto& t : gpt2)
+    if (!by_name.count(t.name)) {
+      order.push_back(&t);
+      specs.push_back({t.name, DType::F32, t.file_shape});
+    }
+
+  RankFiles files(L);
+  for (size_t fi = 0; fi < L.files.size(); ++fi) files.get(fi);  // every file checked before writing
+
+  io::Metadata meta = io::gpt2_metadata(cfg);
+  meta["source"] = kFormat;
+  meta["step"] = std::to_string(L.state.step);
+  io::SafetensorsStreamWriter w(out_path, specs, meta);
+  NoGradGuard ng;
+  for (const io::Gpt2Tensor* t : order) {
+    if (!by_name.count(t->name)) {
+      w.append(t->name, Tensor::zeros(t->file_shape, DType::F32));
+      continue;
+    }
+    // Only the rows the file keeps (wte: vocab_size of padded_vocab rows; they come first).
+    const Shape file_zdl = t->conv1d ? Shape{t->file_shape[1], t->file_shape[0]} : t->file_shape;
+    const int64_t n = numel_of(file_zdl);
+    Tensor flat = Tensor::empty({n}, DType::F32);
+    files.read(t->name, /*state=master*/ 0, 0, n, flat);
+    Tensor v = Tensor::from_storage(flat.storage(), file_zdl, contiguous_strides(file_zdl), 0, DType::F32);
+    w.append(t->name, t->conv1d ? transpose(v, 0, 1) : v);  // Linear (out, in) -> Conv1D (in, out)
+  }
+  w.commit();
+}
+
+// ---- save / load ----
+
+void save_impl(const std::string& dir, ZeroPartitioner& zero, const ZeroAdamW& opt, const io::TrainState& state) {
+  Communicator& comm = zero.comm();
+  const int N = comm.size(), rank = comm.rank();
+  const std::string what = "save_sharded('" + dir + "')";
+  const std::string parent = parent_of(dir), saving = sibling(dir, ".saving"), old = sibling(dir, ".old");
+  std::vector<std::string> names;
+  for (int r = 0; r < N; ++r) names.push_back(rank_file_name(r, N));
+
+  // 1. Rank 0 makes a fresh staging directory (removing debris of an interrupted save).
+  on_every_rank(comm, what, names, [&] {
+    if (rank != 0) return;
+    fs::create_directories(parent);
+    fs::remove_all(saving);
+    if (fs::exists(dir)) fs::remove_all(old);  // only a backup while <dir> itself is missing
+    fs::create_directory(saving);
+  });
+
+  // 2. Every rank writes its blocks (views of its masters and moments, no copies).
+  uint64_t bytes = 0, sum = 0;
+  on_every_rank(comm, what, names, [&] {
+    NoGradGuard ng;
+    io::NamedTensors tensors;
+    for (const OwnedRange& o : owned_ranges(zero, rank)) {
+      const auto states = unit_states(*o.unit);
+      for (int k = 0; k < 3; ++k)
+        tensors.emplace_back(entry_name(o.slot->name, kStates[k], o.param_begin()),
+                             flat_range(states[k], o.lo - o.unit->master_begin, o.hi - o.lo));
+    }
+    const std::string path = (fs::path(saving) / names[rank]).string();
+    io::save_safetensors(path, tensors,
+                         {{"format", kFormat}, {"rank", std::to_string(rank)}, {"world_size", std::to_string(N)}});
+    // Checksummed from the disk: it covers what a later load will read.
+    bytes = fs::file_size(path);
+    sum = io::fnv1a64_file(path);
+  });
+  const std::vector<int64_t> all_bytes = comm.all_gather_i64(static_cast<int64_t>(bytes));
+  const std::vector<int64_t> all_sums = comm.all_gather_i64(std::bit_cast<int64_t>(sum));
+
+  // 3. Rank 0 writes the layout and swaps the staging directory into place.
+  on_every_rank(comm, what, names, [&] {
+    if (rank != 0) return;
+    ordered_json j = ordered_json::object();
+    j["format"] = kFormat;
+    j["format_version"] = kShardedCheckpointFormatVersion;
+    j["world_size"] = N;
+    j["stage"] = static_cast<int>(zero.stage());
+    j["stage_name"] = stage_name(zero.stage());
+    j["compute_dtype"] = dtype_name(zero.options().compute_dtype);
+    j["master_dtype"] = io::safetensors_dtype_name(zero.units().empty() ? DType::F32 : zero.units()[0]->master.dtype());
+    j["optimizer_step"] = opt.step_count();
+    const ordered_json st = train_state_json(state);  // a named object: items() refers into it
+    for (auto& [k, v] : st.items()) j[k] = v;
+    ordered_json units = ordered_json::array(), params = ordered_json::array(), files = ordered_json::array();
+    for (auto& u : zero.units()) {
+      units.push_back({{"name", u->name}, {"numel", u->numel}, {"padded", u->padded}, {"shard_size", u->shard_size}});
+      for (const ParamSlot& s : u->slots)
+        params.push_back({{"name", s.name}, {"shape", s.param.shape()}, {"unit", u->name}, {"offset", s.offset}});
+    }
+    for (int r = 0; r < N; ++r) {
+      ordered_json entries = ordered_json::array();
+      for (const OwnedRange& o : owned_ranges(zero, r))
+        entries.push_back({{"param", o.slot->name}, {"begin", o.param_begin()}, {"end", o.param_end()}});
+      files.push_back({{"name", names[r]},
+                       {"rank", r},
+                       {"bytes", static_cast<uint64_t>(all_bytes[r])},
+                       {"fnv1a64", hex64(std::bit_cast<uint64_t>(all_sums[r]))},
+                       {"entries", entries}});
+    }
+    j["units"] = units;
+    j["parameters"] = params;
+    j["files"] = files;
+    const std::string text = j.dump(1) + "\n";
+    io::AtomicFileWriter w((fs::path(saving) / kLayoutFile).string());
+    w.write(text.data(), text.size());
+    w.commit();  // also fsyncs `saving`
+
+    if (fs::exists(dir)) {
+      if (io::exchange_paths(saving, dir)) {
+        io::fsync_directory(parent);
+        fs::remove_all(saving);  // now the previous checkpoint
+        return;
+      }
+      io::rename_path(dir, old);  // no RENAME_EXCHANGE: load falls back to `old` until the next line
+    }
+    io::rename_path(saving, dir);
+    io::fsync_directory(parent);
+    fs::remove_all(old);
+  });
+}
+
+io::TrainState load_impl(const std::string& dir, ZeroPartitioner& zero, ZeroAdamW& opt) {
+  Communicator& comm = zero.comm();
+  const std::string what = "load_sharded('" + dir + "')";
+  Layout L;
+  std::unique_ptr<RankFiles> files;
+
+  // 1. Everything that can be checked before a value is read: format, model, this rank's files.
+  // (`names` is filled inside: a rank that finds a bad file reports it by index, and the
+  // others name it from their own copy of the layout.)
+  std::vector<std::string> names;
+  on_every_rank(comm, what, names, [&] {
+    L = read_layout(dir);
+    names = L.file_names();
+    check_same_model(L, zero, dir);
+    index_pieces(L);
+    files = std::make_unique<RankFiles>(L);
+    for (auto& u : zero.units()) {
+      ZDL_CHECK(zero.stage() != ZeroStage::Three || !u->gathered(), "unit ", u->name,
+                " is gathered: load outside forward/backward and outside GatheredParameters");
+      for (const ParamSlot& s : u->slots) {
+        MasterRange m = master_range(*u, s);
+        if (m.lo < m.hi) files->verify(s.name, m.lo - s.offset, m.hi - s.offset);
+      }
+    }
+  });
+  // 2. Fill this rank's masters and moments (padding stays zero).
+  on_every_rank(comm, what, names, [&] {
+    NoGradGuard ng;
+    for (auto& u : zero.units()) {
+      const auto states = unit_states(*u);
+      for (const Tensor& t : states) t.zero_();
+      for (const ParamSlot& s : u->slots) {
+        MasterRange m = master_range(*u, s);
+        if (m.lo >= m.hi) continue;
+        for (int k = 0; k < 3; ++k)
+          files->read(s.name, k, m.lo - s.offset, m.hi - s.offset,
+                      flat_range(states[k], m.lo - u->master_begin, m.hi - m.lo));
+      }
+    }
+  });
+  opt.set_step_count(L.optimizer_step);
+  zero.refresh_params();
+  return L.state;
+}
+
+}  // namespace
+
+void save_sharded(const std::string& dir, ZeroPartitioner& zero, const ZeroAdamW& opt, const io::TrainState& state) {
+  save_impl(dir, zero, opt, state);
+}
+
+io::TrainState load_sharded(const std::string& dir, ZeroPartitioner& zero, ZeroAdamW& opt) {
+  return load_impl(dir, zero, opt);
+}
+
+io::TrainState read_sharded_train_state(const std::string& dir) {
+  return with_fs_errors(dir, "read_sharded_train_state", [&] { return read_layout(dir).state; });
+}
+
+void consolidate_sharded(const std::string& dir, const std::string& out_path) {
+  with_fs_errors(dir, "consolidate_sharded", [&] { consolidate_impl(dir, out_path); });
+}
+
+}  // namespace zdl::dist
