@@ -24,6 +24,32 @@ namespace zdl::dist {
 
 namespace {
 
+// [Note: polite waiting] Ranks often share cores with each other's compute (4 ranks on 2
+// cores in CI, or a CPU box running more ranks than cores). A blocking MPI collective
+// busy-polls until the slowest rank arrives, stealing the core that rank needs to get there.
+// So collectives are started non-blocking and completed here: spin briefly (fast collectives
+// finish within microseconds), then poll with short sleeps that hand the core back.
+void wait_politely(MPI_Request& req) {
+  int done = 0;
+  for (int i = 0; i < 200 && !done; ++i) ZDL_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+  auto nap = std::chrono::microseconds(5);
+  while (!done) {
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(200));
+    ZDL_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+  }
+}
+
+// Starts a non-blocking collective (the request is appended to the arguments) and completes it
+// with wait_politely.
+#define ZDL_MPI_RUN(start, ...)                            \
+  do {                                                     \
+    MPI_Request zdl_req_;                                  \
+    ZDL_MPI_CHECK(start(__VA_ARGS__, &zdl_req_));          \
+    wait_politely(zdl_req_);                               \
+  } while (0)
+
+
 // ---- the process-wide MPI runtime ------------------------------------------------------------
 
 // Element-wise sums of 16-bit floats: add in float, round to nearest even on the way back
@@ -286,7 +312,7 @@ std::shared_ptr<Work> MpiCommunicator::all_reduce_async(const Tensor& t) {
   MPI_Op op = sum_op(t.dtype());
   MPI_Comm comm = state_->comm;
   char* p = h.ptr;
-  state_->submit(work, [=] { ZDL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p, count, type, op, comm)); });
+  state_->submit(work, [=] { ZDL_MPI_RUN(MPI_Iallreduce, MPI_IN_PLACE, p, count, type, op, comm); });
   return work;
 }
 
@@ -316,7 +342,7 @@ std::shared_ptr<Work> MpiCommunicator::reduce_scatter_async(const Tensor& input,
   char* dst = out.ptr;
   const size_t out_bytes = output.nbytes();
   state_->submit(work, [=] {
-    ZDL_MPI_CHECK(MPI_Reduce_scatter_block(src, tmp ? tmp->data() : dst, block, type, op, comm));
+    ZDL_MPI_RUN(MPI_Ireduce_scatter_block, src, tmp ? tmp->data() : dst, block, type, op, comm);
     if (tmp) std::memcpy(dst, tmp->data(), out_bytes);
   });
   return work;
@@ -353,8 +379,8 @@ std::shared_ptr<Work> MpiCommunicator::all_gather_async(const Tensor& input, con
   MPI_Comm comm = state_->comm;
   char* dst = out.ptr;
   state_->submit(work, [=] {
-    if (in_place) ZDL_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, block, type, comm));
-    else ZDL_MPI_CHECK(MPI_Allgather(src, block, type, dst, block, type, comm));
+    if (in_place) ZDL_MPI_RUN(MPI_Iallgather, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, block, type, comm);
+    else ZDL_MPI_RUN(MPI_Iallgather, src, block, type, dst, block, type, comm);
   });
   return work;
 }
@@ -373,14 +399,14 @@ std::shared_ptr<Work> MpiCommunicator::broadcast_async(const Tensor& t, int root
   MPI_Datatype type = mpi_type(t.dtype());
   MPI_Comm comm = state_->comm;
   char* p = h.ptr;
-  state_->submit(work, [=] { ZDL_MPI_CHECK(MPI_Bcast(p, count, type, root, comm)); });
+  state_->submit(work, [=] { ZDL_MPI_RUN(MPI_Ibcast, p, count, type, root, comm); });
   return work;
 }
 
 void MpiCommunicator::barrier() {
   auto work = std::make_shared<AsyncWork>(prefix(), "barrier", 0, current_comm_phase(), timeout());
   MPI_Comm comm = state_->comm;
-  state_->submit(work, [=] { ZDL_MPI_CHECK(MPI_Barrier(comm)); });
+  state_->submit(work, [=] { ZDL_MPI_RUN(MPI_Ibarrier, comm); });
   work->wait();
 }
 
@@ -389,7 +415,7 @@ std::vector<int64_t> MpiCommunicator::all_gather_i64(int64_t value) {
   auto work = std::make_shared<AsyncWork>(prefix(), "all_gather_i64", static_cast<int64_t>(sizeof(int64_t)) * size(),
                                           current_comm_phase(), timeout());
   MPI_Comm comm = state_->comm;
-  state_->submit(work, [=] { ZDL_MPI_CHECK(MPI_Allgather(&value, 1, MPI_INT64_T, out->data(), 1, MPI_INT64_T, comm)); });
+  state_->submit(work, [=] { ZDL_MPI_RUN(MPI_Iallgather, &value, 1, MPI_INT64_T, out->data(), 1, MPI_INT64_T, comm); });
   work->wait();
   return *out;
 }
@@ -400,7 +426,7 @@ double MpiCommunicator::all_reduce_sum(double value) {
                                           current_comm_phase(), timeout());
   record_collective(CollectiveKind::AllReduce, static_cast<int64_t>(sizeof(double)), size());
   MPI_Comm comm = state_->comm;
-  state_->submit(work, [=] { ZDL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v.get(), 1, MPI_DOUBLE, MPI_SUM, comm)); });
+  state_->submit(work, [=] { ZDL_MPI_RUN(MPI_Iallreduce, MPI_IN_PLACE, v.get(), 1, MPI_DOUBLE, MPI_SUM, comm); });
   work->wait();
   return *v;
 }
@@ -411,7 +437,7 @@ void MpiCommunicator::broadcast_bytes(void* data, size_t bytes, int root) {
   auto work = std::make_shared<AsyncWork>(prefix(), "broadcast_bytes", static_cast<int64_t>(bytes),
                                           current_comm_phase(), timeout());
   MPI_Comm comm = state_->comm;
-  state_->submit(work, [=] { ZDL_MPI_CHECK(MPI_Bcast(data, count, MPI_BYTE, root, comm)); });
+  state_->submit(work, [=] { ZDL_MPI_RUN(MPI_Ibcast, data, count, MPI_BYTE, root, comm); });
   work->wait();
 }
 
