@@ -6,6 +6,7 @@
 #include <set>
 
 #include "autograd/ops.h"
+#include "kernels/cpu/optim.h"
 
 namespace zdl::dist {
 
@@ -15,6 +16,22 @@ const char* stage_name(ZeroStage s) {
     case ZeroStage::One: return "zero1";
     case ZeroStage::Two: return "zero2";
     case ZeroStage::Three: return "zero3";
+  }
+  return "?";
+}
+
+const char* trace_kind_name(TraceKind k) {
+  switch (k) {
+    case TraceKind::ForwardBegin: return "forward_begin";
+    case TraceKind::ForwardEnd: return "forward_end";
+    case TraceKind::BackwardBegin: return "backward_begin";
+    case TraceKind::BackwardEnd: return "backward_end";
+    case TraceKind::GatherIssue: return "gather_issue";
+    case TraceKind::GatherDone: return "gather_done";
+    case TraceKind::ReduceBegin: return "reduce_begin";
+    case TraceKind::ReduceEnd: return "reduce_end";
+    case TraceKind::StepBegin: return "step_begin";
+    case TraceKind::StepEnd: return "step_end";
   }
   return "?";
 }
@@ -326,14 +343,24 @@ int position_of(const std::vector<ParamUnit*>& order, const ParamUnit& u) {
 }
 }  // namespace
 
+void ZeroPartitioner::emit(TraceKind kind, const ParamUnit* u) {
+  if (!trace_) return;
+  double t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
+  trace_(TraceEvent{kind, u ? u->name : "", t, memory_ledger().stats(Device::cpu()).total_current});
+}
+
 void ZeroPartitioner::gather(ParamUnit& u, CommPhase phase, bool wait) {
   if (u.gathered()) return;
   if (!u.gathering()) {
     agree(phase == CommPhase::ForwardGather ? kForwardGather : kBackwardGather, &u);
     CommPhaseScope ps(phase);
     u.unshard_async(*comm_);
+    emit(TraceKind::GatherIssue, &u);
   }
-  if (wait) u.wait_unshard();
+  if (wait) {
+    u.wait_unshard();
+    emit(TraceKind::GatherDone, &u);
+  }
 }
 
 void ZeroPartitioner::prefetch(int from, int direction, CommPhase phase) {
@@ -345,27 +372,35 @@ void ZeroPartitioner::prefetch(int from, int direction, CommPhase phase) {
 }
 
 void ZeroPartitioner::on_forward_pre(ParamUnit& u) {
-  if (options_.stage != ZeroStage::Three) return;
-  gather(u, CommPhase::ForwardGather, true);
-  int pos = position_of(block_order_, u);
-  prefetch(pos, +1, CommPhase::ForwardGather);  // the root (pos -1) prefetches the first block
+  if (options_.stage == ZeroStage::Three) {
+    gather(u, CommPhase::ForwardGather, true);
+    int pos = position_of(block_order_, u);
+    prefetch(pos, +1, CommPhase::ForwardGather);  // the root (pos -1) prefetches the first block
+  }
+  emit(TraceKind::ForwardBegin, &u);
 }
 
 void ZeroPartitioner::on_forward_post(ParamUnit& u) {
   if (options_.stage == ZeroStage::Three) u.reshard();
+  emit(TraceKind::ForwardEnd, &u);
 }
 
 void ZeroPartitioner::on_backward_pre(ParamUnit& u) {
   prepare_grads(u);
-  if (options_.stage != ZeroStage::Three) return;
-  gather(u, CommPhase::BackwardGather, true);
-  int pos = position_of(block_order_, u);
-  prefetch(pos < 0 ? static_cast<int>(block_order_.size()) : pos, -1, CommPhase::BackwardGather);
+  if (options_.stage == ZeroStage::Three) {
+    gather(u, CommPhase::BackwardGather, true);
+    int pos = position_of(block_order_, u);
+    prefetch(pos < 0 ? static_cast<int>(block_order_.size()) : pos, -1, CommPhase::BackwardGather);
+  }
+  emit(TraceKind::BackwardBegin, &u);
 }
 
 void ZeroPartitioner::on_post_backward(ParamUnit& u) {
+  emit(TraceKind::BackwardEnd, &u);
+  emit(TraceKind::ReduceBegin, &u);
   reduce_grads(u);
   if (options_.stage == ZeroStage::Three) u.reshard();
+  emit(TraceKind::ReduceEnd, &u);
 }
 
 void ZeroPartitioner::prepare_grads(ParamUnit& u) {
@@ -413,9 +448,10 @@ void ZeroPartitioner::reduce_grads(ParamUnit& u) {
 double ZeroPartitioner::clip_grad_norm(double max_norm) {
   double sq = 0.0;
   for (auto& u : units_) {
-    Tensor g = u->grad_shard;
-    Tensor f = g.dtype() == DType::F64 ? g : g.to(DType::F64);
-    for (double v : f.to_vector()) sq += v * v;
+    const Tensor& g = u->grad_shard;  // contiguous; padding elements are zero
+    if (g.dtype() == DType::F64) sq += kernels::cpu::sum_squares<double>(g.numel(), g.data<double>());
+    else if (g.dtype() == DType::BF16) sq += kernels::cpu::sum_squares<BFloat16>(g.numel(), g.data<BFloat16>());
+    else sq += kernels::cpu::sum_squares<float>(g.numel(), g.data<float>());
   }
   if (options_.stage != ZeroStage::DDP && comm_->size() > 1) {
     agree(kNormReduce, nullptr);
@@ -429,6 +465,7 @@ double ZeroPartitioner::clip_grad_norm(double max_norm) {
 void ZeroPartitioner::after_optimizer_step() {
   refresh_params();
   ++step_;
+  emit(TraceKind::StepEnd, nullptr);
 }
 
 void ZeroPartitioner::refresh_params() {

@@ -27,6 +27,8 @@
 //   dist::ZeroAdamW opt(zero, {.lr = 3e-4}, /*weight_decay=*/0.1);
 //   model->loss(x, y).backward(); opt.step(zero.clip_grad_norm(1.0)); zero.zero_grad();
 #pragma once
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +86,10 @@ class ZeroPartitioner {
   // (dist::load_sharded). Collective.
   void refresh_params();
 
+  // Receives a TraceEvent at every unit event (nullptr: off). For timelines and memory plots.
+  void set_trace(std::function<void(const TraceEvent&)> sink) { trace_ = std::move(sink); }
+  void emit(TraceKind kind, const ParamUnit* u);
+
   Communicator& comm() { return *comm_; }
   const ZeroOptions& options() const { return options_; }
   ZeroStage stage() const { return options_.stage; }
@@ -122,6 +128,8 @@ class ZeroPartitioner {
   int64_t step_ = 0;
   int64_t check_seq_ = 0;
   double last_grad_norm_ = 0.0;
+  std::function<void(const TraceEvent&)> trace_;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 
 // Gathers the full parameters of every unit (or of the units holding `params`) while alive,

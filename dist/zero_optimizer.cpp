@@ -16,6 +16,7 @@ ZeroAdamW::ZeroAdamW(ZeroPartitioner& zero, const optim::AdamWOptions& o, double
 
 void ZeroAdamW::step(double grad_scale) {
   NoGradGuard ng;
+  zero_.emit(TraceKind::StepBegin, nullptr);
   ++step_;
   for (auto& up : zero_.units()) {
     ParamUnit& u = *up;

@@ -40,3 +40,33 @@ TEST(ZeroLocal, Bf16TracksF32) {
 }
 
 }  // namespace zdl::dist::testing
+
+namespace zdl::dist::testing {
+
+TEST(ZeroLocal, TraceShowsTheUnitLifecycleInOrder) {
+  for (ZeroStage stage : {ZeroStage::DDP, ZeroStage::Three}) {
+    std::vector<TraceEvent> events;
+    Probe probe;
+    probe.after_wrap = [&](ZeroPartitioner& z) { z.set_trace([&](const TraceEvent& e) { events.push_back(e); }); };
+    run_zero(local(), {.stage = stage, .steps = 1}, probe);
+    // The step's events (the harness gathers everything once more after the step).
+    auto order = [&](TraceKind k) {
+      std::vector<std::string> names;
+      for (auto& e : events) {
+        if (e.kind == k) names.push_back(e.unit);
+        if (e.kind == TraceKind::StepEnd) break;
+      }
+      return names;
+    };
+    // Forward: root first (its call wraps the blocks), blocks in order; backward in reverse.
+    EXPECT_EQ(order(TraceKind::ForwardBegin), (std::vector<std::string>{"<root>", "h.0", "h.1", "h.2"}));
+    EXPECT_EQ(order(TraceKind::BackwardBegin), (std::vector<std::string>{"<root>", "h.2", "h.1", "h.0"}));
+    EXPECT_EQ(order(TraceKind::ReduceEnd), (std::vector<std::string>{"h.2", "h.1", "h.0", "<root>"}));
+    // ZeRO-3 gathers every unit twice (forward, backward); DDP never.
+    EXPECT_EQ(order(TraceKind::GatherIssue).size(), stage == ZeroStage::Three ? 8u : 0u) << stage_name(stage);
+    EXPECT_EQ(order(TraceKind::StepEnd).size(), 1u);
+    for (size_t i = 1; i < events.size(); ++i) EXPECT_GE(events[i].t_us, events[i - 1].t_us);
+  }
+}
+
+}  // namespace zdl::dist::testing
