@@ -13,8 +13,10 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "io/checkpoint_dir.h"
 #include "io/file.h"
 #include "io/gpt2_format.h"
+#include "io/json_fields.h"
 #include "io/safetensors.h"
 
 namespace zdl::dist {
@@ -39,38 +41,9 @@ std::string entry_name(const std::string& param, const char* state, int64_t begi
   return param + ":" + state + "@" + std::to_string(begin);
 }
 
-std::string hex64(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
-// "<parent>/.<name><suffix>": siblings of the checkpoint directory on the same file system.
-std::string sibling(const std::string& dir, const char* suffix) {
-  fs::path p = fs::path(dir).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();  // "ckpt/" -> "ckpt"
-  std::string name(".");
-  name += p.filename().string();
-  name += suffix;
-  return (p.parent_path() / name).string();
-}
 
-std::string parent_of(const std::string& dir) {
-  fs::path p = fs::path(dir).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  std::string parent = p.parent_path().string();
-  return parent.empty() ? "." : parent;
-}
 
-// The directory to load: <dir>, or the ".old" sibling left by an interrupted fallback save
-// (file systems without RENAME_EXCHANGE).
-std::string resolve_dir(const std::string& dir) {
-  if (fs::is_directory(dir)) return dir;
-  std::string old = sibling(dir, ".old");
-  if (fs::is_directory(old) && fs::exists(fs::path(old) / kLayoutFile)) return old;
-  ZDL_CHECK(false, "sharded checkpoint '", dir, "' does not exist (no directory there)");
-  return dir;
-}
 
 // ---- which elements a rank owns ----
 
@@ -211,7 +184,7 @@ ordered_json train_state_json(const io::TrainState& st) {
 
 Layout read_layout(const std::string& dir) {
   Layout L;
-  L.dir = resolve_dir(dir);
+  L.dir = io::resolve_checkpoint_dir(dir, kLayoutFile, "sharded checkpoint");
   const std::string path = (fs::path(L.dir) / kLayoutFile).string();
   ZDL_CHECK(fs::exists(path), "sharded checkpoint '", dir, "' has no ", kLayoutFile, " (not a sharded zdl checkpoint?)");
   io::InputFile f(path);
@@ -225,31 +198,32 @@ Layout read_layout(const std::string& dir) {
             j.contains("format") ? j["format"].dump() : "missing", ")");
   ZDL_CHECK(j.contains("format_version") && j["format_version"].is_number_integer(), "'", path,
             "' has no integer format_version");
-  const int64_t v = j["format_version"].get<int64_t>();
+  const int64_t v = io::json_integer<int64_t>(j["format_version"], "format_version");
   ZDL_CHECK(v <= kShardedCheckpointFormatVersion, "sharded checkpoint '", dir, "' has format_version ", v,
             ", newer than the version ", kShardedCheckpointFormatVersion,
             " this build reads: load it with a newer zdl");
   ZDL_CHECK(v >= 1, "'", path, "' has invalid format_version ", v);
   try {
-    L.world_size = j.at("world_size").get<int>();
-    L.stage = j.at("stage").get<int>();
+    L.world_size = io::json_integer<int>(j.at("world_size"), "world_size");
+    L.stage = io::json_integer<int>(j.at("stage"), "stage");
     L.master_dtype = io::dtype_from_safetensors_name(j.at("master_dtype").get<std::string>());
-    L.optimizer_step = j.at("optimizer_step").get<int64_t>();
-    L.state.step = j.at("step").get<int64_t>();
-    L.state.data_position = j.at("data_position").get<int64_t>();
-    L.state.counters = j.at("counters").get<std::map<std::string, uint64_t>>();
+    L.optimizer_step = io::json_integer<int64_t>(j.at("optimizer_step"), "optimizer_step");
+    L.state.step = io::json_integer<int64_t>(j.at("step"), "step");
+    L.state.data_position = io::json_integer<int64_t>(j.at("data_position"), "data_position");
+    L.state.counters = io::json_integer_map<uint64_t>(j.at("counters"), "counters");
     L.state.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
     for (const json& u : j.at("units")) L.unit_order.push_back(u.at("name").get<std::string>());
     for (const json& p : j.at("parameters"))
-      L.params.push_back({p.at("name").get<std::string>(), p.at("shape").get<Shape>(), p.at("unit").get<std::string>(),
-                          p.at("offset").get<int64_t>()});
+      L.params.push_back({p.at("name").get<std::string>(), io::json_integer_array<int64_t>(p.at("shape"), "shape"), p.at("unit").get<std::string>(),
+                          io::json_integer<int64_t>(p.at("offset"), "offset")});
     for (const json& fj : j.at("files")) {
       LayoutFile lf;
       lf.name = fj.at("name").get<std::string>();
-      lf.bytes = fj.at("bytes").get<uint64_t>();
+      lf.bytes = io::json_integer<uint64_t>(fj.at("bytes"), "bytes");
       lf.fnv1a64 = fj.at("fnv1a64").get<std::string>();
       for (const json& e : fj.at("entries"))
-        lf.entries.push_back({e.at("param").get<std::string>(), e.at("begin").get<int64_t>(), e.at("end").get<int64_t>()});
+        lf.entries.push_back({e.at("param").get<std::string>(), io::json_integer<int64_t>(e.at("begin"), "begin"),
+                                 io::json_integer<int64_t>(e.at("end"), "end")});
       L.files.push_back(std::move(lf));
     }
   } catch (const json::exception& e) {
@@ -270,8 +244,12 @@ void index_pieces(Layout& L) {
   const std::string where = (fs::path(L.dir) / kLayoutFile).string();
   std::map<std::string, int64_t> numel;
   for (auto& p : L.params) {
-    for (int64_t d : p.shape) ZDL_CHECK(d >= 0, "'", where, "': parameter '", p.name, "' has shape ", shape_str(p.shape));
-    ZDL_CHECK(numel.emplace(p.name, numel_of(p.shape)).second, "'", where, "' lists parameter '", p.name, "' twice");
+    // The file is untrusted: a hostile shape must not overflow numel (undefined behaviour).
+    int64_t n = 1;
+    for (int64_t d : p.shape)
+      ZDL_CHECK(d >= 0 && !__builtin_mul_overflow(n, d, &n), "'", where, "': parameter '", p.name, "' has shape ",
+                shape_str(p.shape));
+    ZDL_CHECK(numel.emplace(p.name, n).second, "'", where, "' lists parameter '", p.name, "' twice");
   }
   for (size_t fi = 0; fi < L.files.size(); ++fi)
     for (auto& e : L.files[fi].entries) {
@@ -331,7 +309,7 @@ std::unique_ptr<io::SafetensorsReader> open_verified(const Layout& L, size_t fi)
     throw FileError(detail::str("rank file '", path, "' is ", have, " bytes but ", lf.bytes, " were written (",
                                 have < lf.bytes ? "truncated" : "overwritten", ")"),
                     i, FileProblem::Truncated);
-  const std::string sum = hex64(io::fnv1a64_file(path));
+  const std::string sum = io::hex64(io::fnv1a64_file(path));
   if (sum != lf.fnv1a64)
     throw FileError(detail::str("rank file '", path, "' is corrupted (FNV-1a 64 checksum ", sum, " != recorded ",
                                 lf.fnv1a64, ")"),
@@ -392,15 +370,6 @@ MasterRange master_range(const ParamUnit& u, const ParamSlot& s) {
   return {std::max(mb, s.offset), std::min(me, s.offset + s.numel)};
 }
 
-template <class F>
-auto with_fs_errors(const std::string& dir, const char* what, F&& f) {
-  try {
-    return f();
-  } catch (const fs::filesystem_error& e) {
-    ZDL_CHECK(false, what, "('", dir, "'): ", e.what());
-    throw;
-  }
-}
 
 // ---- GPT-2 consolidation ----
 
@@ -415,17 +384,25 @@ nn::GPTConfig gpt_config_of(const Layout& L, const std::string& dir) {
   ZDL_CHECK(!j.is_discarded() && j.is_object(), "consolidate_sharded('", dir, "'): metadata[\"config\"] is not a JSON object");
   nn::GPTConfig cfg;
   try {
-    cfg.vocab_size = j.at("vocab_size").get<int64_t>();
-    cfg.padded_vocab_size = j.value("padded_vocab_size", int64_t{0});
-    cfg.block_size = j.at("block_size").get<int64_t>();
-    cfg.n_layer = j.at("n_layer").get<int64_t>();
-    cfg.n_head = j.at("n_head").get<int64_t>();
-    cfg.n_embd = j.at("n_embd").get<int64_t>();
+    cfg.vocab_size = io::json_integer<int64_t>(j.at("vocab_size"), "vocab_size");
+    cfg.padded_vocab_size = j.contains("padded_vocab_size") ? io::json_integer<int64_t>(j["padded_vocab_size"], "padded_vocab_size") : 0;
+    cfg.block_size = io::json_integer<int64_t>(j.at("block_size"), "block_size");
+    cfg.n_layer = io::json_integer<int64_t>(j.at("n_layer"), "n_layer");
+    cfg.n_head = io::json_integer<int64_t>(j.at("n_head"), "n_head");
+    cfg.n_embd = io::json_integer<int64_t>(j.at("n_embd"), "n_embd");
   } catch (const json::exception& e) {
     ZDL_CHECK(false, "consolidate_sharded('", dir, "'): metadata[\"config\"] lacks a field: ", e.what());
   }
   cfg.bias = std::any_of(L.params.begin(), L.params.end(), [](const LayoutParam& p) { return p.name == "ln_f.bias"; });
   cfg.validate();
+  // Bounds before gpt2_layout(cfg) builds n_layer * 12 entries and multiplies n_embd by 4: a
+  // hostile config must not allocate without bound or overflow (every real model is far below).
+  constexpr int64_t kMaxDim = int64_t{1} << 40;
+  ZDL_CHECK(cfg.n_layer <= static_cast<int64_t>(L.params.size()) && cfg.n_embd <= kMaxDim &&
+                cfg.padded_vocab() <= kMaxDim && cfg.block_size <= kMaxDim,
+            "consolidate_sharded('", dir, "'): metadata[\"config\"] (n_layer=", cfg.n_layer, ", n_embd=", cfg.n_embd,
+            ", padded_vocab=", cfg.padded_vocab(), ", block_size=", cfg.block_size, ") does not fit the ",
+            L.params.size(), " saved parameters");
   return cfg;
 }
 
@@ -510,7 +487,7 @@ void save_impl(const std::string& dir, ZeroPartitioner& zero, const ZeroAdamW& o
   Communicator& comm = zero.comm();
   const int N = comm.size(), rank = comm.rank();
   const std::string what = "save_sharded('" + dir + "')";
-  const std::string parent = parent_of(dir), saving = sibling(dir, ".saving"), old = sibling(dir, ".old");
+  const std::string parent = io::checkpoint_parent(dir), saving = io::checkpoint_sibling(dir, ".saving"), old = io::checkpoint_sibling(dir, ".old");
   std::vector<std::string> names;
   for (int r = 0; r < N; ++r) names.push_back(rank_file_name(r, N));
 
@@ -571,7 +548,7 @@ void save_impl(const std::string& dir, ZeroPartitioner& zero, const ZeroAdamW& o
       files.push_back({{"name", names[r]},
                        {"rank", r},
                        {"bytes", static_cast<uint64_t>(all_bytes[r])},
-                       {"fnv1a64", hex64(std::bit_cast<uint64_t>(all_sums[r]))},
+                       {"fnv1a64", io::hex64(std::bit_cast<uint64_t>(all_sums[r]))},
                        {"entries", entries}});
     }
     j["units"] = units;
@@ -652,11 +629,11 @@ io::TrainState load_sharded(const std::string& dir, ZeroPartitioner& zero, ZeroA
 }
 
 io::TrainState read_sharded_train_state(const std::string& dir) {
-  return with_fs_errors(dir, "read_sharded_train_state", [&] { return read_layout(dir).state; });
+  return io::with_fs_errors(dir, "read_sharded_train_state", [&] { return read_layout(dir).state; });
 }
 
 void consolidate_sharded(const std::string& dir, const std::string& out_path) {
-  with_fs_errors(dir, "consolidate_sharded", [&] { consolidate_impl(dir, out_path); });
+  io::with_fs_errors(dir, "consolidate_sharded", [&] { consolidate_impl(dir, out_path); });
 }
 
 }  // namespace zdl::dist

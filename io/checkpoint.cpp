@@ -7,7 +7,9 @@
 #include <set>
 #include <vector>
 
+#include "io/checkpoint_dir.h"
 #include "io/file.h"
+#include "io/json_fields.h"
 #include "io/safetensors.h"
 #include "nn/layers.h"
 
@@ -23,28 +25,8 @@ constexpr const char* kManifestFile = "checkpoint.json";
 constexpr const char* kOptimPrefix = "optim.";
 constexpr uint64_t kMaxManifestBytes = 64ull << 20;
 
-// "<parent>/.<name><suffix>": siblings of the checkpoint directory on the same file system.
-std::string sibling(const std::string& dir, const char* suffix) {
-  fs::path p = fs::path(dir).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();  // "ckpt/" -> "ckpt"
-  std::string name(".");  // built with += : GCC 12 warns falsely (-Wrestrict) on "." + s + suffix
-  name += p.filename().string();
-  name += suffix;
-  return (p.parent_path() / name).string();
-}
 
-std::string parent_of(const std::string& dir) {
-  fs::path p = fs::path(dir).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  std::string parent = p.parent_path().string();
-  return parent.empty() ? "." : parent;
-}
 
-std::string hex64(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 std::map<std::string, nn::Dropout*> dropout_modules(const nn::Module& model) {
   std::map<std::string, nn::Dropout*> out;
@@ -53,14 +35,6 @@ std::map<std::string, nn::Dropout*> dropout_modules(const nn::Module& model) {
   return out;
 }
 
-// The directory to load: <dir>, or the ".old" sibling left by an interrupted fallback save.
-std::string resolve_dir(const std::string& dir) {
-  if (fs::is_directory(dir)) return dir;
-  std::string old = sibling(dir, ".old");
-  if (fs::is_directory(old) && fs::exists(fs::path(old) / kManifestFile)) return old;
-  ZDL_CHECK(false, "checkpoint '", dir, "' does not exist (no directory there)");
-  return dir;
-}
 
 json read_manifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / kManifestFile).string();
@@ -77,7 +51,7 @@ json read_manifest(const std::string& dir) {
             "' is not a zdl checkpoint (format=", j.contains("format") ? j["format"].dump() : "missing", ")");
   ZDL_CHECK(j.contains("format_version") && j["format_version"].is_number_integer(), "checkpoint manifest '", path,
             "' has no integer format_version");
-  const int64_t v = j["format_version"].get<int64_t>();
+  const int64_t v = json_integer<int64_t>(j["format_version"], "format_version");
   ZDL_CHECK(v <= kCheckpointFormatVersion, "checkpoint '", dir, "' has format_version ", v,
             ", newer than the version ", kCheckpointFormatVersion, " this build reads: load it with a newer zdl");
   ZDL_CHECK(v >= 1, "checkpoint manifest '", path, "' has invalid format_version ", v);
@@ -87,9 +61,9 @@ json read_manifest(const std::string& dir) {
 TrainState state_from_manifest(const json& j, const std::string& dir) {
   TrainState st;
   try {
-    st.step = j.at("step").get<int64_t>();
-    st.data_position = j.at("data_position").get<int64_t>();
-    st.counters = j.at("counters").get<std::map<std::string, uint64_t>>();
+    st.step = json_integer<int64_t>(j.at("step"), "step");
+    st.data_position = json_integer<int64_t>(j.at("data_position"), "data_position");
+    st.counters = json_integer_map<uint64_t>(j.at("counters"), "counters");
     st.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
   } catch (const json::exception& e) {
     ZDL_CHECK(false, "checkpoint '", dir, "': ", kManifestFile, " has a missing or mistyped field: ", e.what());
@@ -114,17 +88,6 @@ uint64_t fnv1a64_file(const std::string& path) {
 
 namespace {
 
-// std::filesystem reports failures (permissions, a full disk) as filesystem_error; callers of
-// io/ catch zdl::Error, so those are rethrown as one, naming the checkpoint.
-template <class F>
-auto with_fs_errors(const std::string& dir, const char* what, F&& f) {
-  try {
-    return f();
-  } catch (const fs::filesystem_error& e) {
-    ZDL_CHECK(false, what, "('", dir, "'): ", e.what());
-    throw;
-  }
-}
 
 void save_checkpoint_impl(const std::string& dir, const nn::Module& model, const optim::Optimizer& optimizer,
                           const TrainState& state) {
@@ -136,7 +99,7 @@ void save_checkpoint_impl(const std::string& dir, const nn::Module& model, const
   }
   for (auto& [n, t] : optimizer.state()) tensors.emplace_back(kOptimPrefix + n, t);
 
-  const std::string parent = parent_of(dir), saving = sibling(dir, ".saving"), old = sibling(dir, ".old");
+  const std::string parent = checkpoint_parent(dir), saving = checkpoint_sibling(dir, ".saving"), old = checkpoint_sibling(dir, ".old");
   fs::create_directories(parent);
   fs::remove_all(saving);  // debris of an interrupted save
   if (fs::exists(dir)) fs::remove_all(old);  // only a backup when <dir> itself is missing
@@ -175,7 +138,7 @@ void save_checkpoint_impl(const std::string& dir, const nn::Module& model, const
 }
 
 TrainState load_checkpoint_impl(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer) {
-  const std::string d = resolve_dir(dir);
+  const std::string d = resolve_checkpoint_dir(dir, kManifestFile, "checkpoint");
   const json m = read_manifest(d);
   TrainState st = state_from_manifest(m, dir);
 
@@ -185,7 +148,7 @@ TrainState load_checkpoint_impl(const std::string& dir, nn::Module& model, optim
   uint64_t want_bytes = 0;
   std::string want_sum;
   try {
-    want_bytes = m.at("files").at(kStateFile).at("bytes").get<uint64_t>();
+    want_bytes = json_integer<uint64_t>(m.at("files").at(kStateFile).at("bytes"), "bytes");
     want_sum = m.at("files").at(kStateFile).at("fnv1a64").get<std::string>();
   } catch (const json::exception& e) {
     ZDL_CHECK(false, "checkpoint '", dir, "': ", kManifestFile, " lacks the size/checksum of ", kStateFile, ": ",
@@ -231,8 +194,8 @@ TrainState load_checkpoint_impl(const std::string& dir, nn::Module& model, optim
               " must be an object");
     for (const auto& it : m.at("dropout").items()) {
       const json& v = it.value();
-      saved_drops[it.key()] = {v.at("seed").get<uint64_t>(), v.at("stream").get<uint64_t>(),
-                               v.at("calls").get<uint64_t>()};
+      saved_drops[it.key()] = {json_integer<uint64_t>(v.at("seed"), "seed"), json_integer<uint64_t>(v.at("stream"), "stream"),
+                               json_integer<uint64_t>(v.at("calls"), "calls")};
     }
   } catch (const json::exception& e) {
     ZDL_CHECK(false, "checkpoint '", dir, "': ", kManifestFile, " has a malformed \"dropout\" section: ", e.what());
@@ -265,7 +228,7 @@ TrainState load_checkpoint(const std::string& dir, nn::Module& model, optim::Opt
 }
 
 TrainState read_train_state(const std::string& dir) {
-  return with_fs_errors(dir, "read_train_state", [&] { return state_from_manifest(read_manifest(resolve_dir(dir)), dir); });
+  return with_fs_errors(dir, "read_train_state", [&] { return state_from_manifest(read_manifest(resolve_checkpoint_dir(dir, kManifestFile, "checkpoint")), dir); });
 }
 
 }  // namespace zdl::io
