@@ -13,6 +13,7 @@ packages=(
   googletest libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev
   python3 python3-numpy python3-torch libopenblas0-pthread  # reference for tests and benchmarks
+  python3-matplotlib     # the walkthrough's pictures (scripts/plot_walkthrough.py)
 )
 
 missing=()

@@ -1,0 +1,844 @@
+// zero_walkthrough: the same GPT on the same data under DDP, ZeRO-1, ZeRO-2 and ZeRO-3, with
+// every number measured on this machine and printed next to the ZeRO paper's closed form
+// (Rajbhandari et al., 2020). docs/walkthrough.md explains each table and picture.
+//
+//   mpirun -np 4 zero_walkthrough                       # N = 4 CPU ranks (about 20 s on 2 cores)
+//   zero_walkthrough                                    # N = 1, no launcher
+//   mpirun -np 4 zero_walkthrough --dtype bf16          # mixed precision: the paper's K = 12
+//   python3 scripts/plot_walkthrough.py --run build     # N = 1, 2, 4, 8, then the pictures
+//
+// Per stage it builds a fresh ZeroPartitioner and GPT (same seed, config and batches), trains
+// --steps steps, and after every step reads the memory ledger (bytes by category now, and the
+// step's peak) and the comm ledger (bytes by collective and phase); the last step is traced
+// (every unit event with this rank's memory at that moment). A ZeRO-3 run without prefetch
+// shows what the overlap of all-gathers with compute buys. Then the memory-cap experiment: per
+// stage, the largest n_layer whose per-rank peak fits under --cap-mib, predicted from three
+// small measured runs and confirmed by training under the cap (L* trains, L*+1 runs out of
+// memory); DDP's out-of-memory error and ZeRO-3 training that model are printed.
+//
+// Choices:
+// - The checks are exact: model-state bytes after a step and model bytes on the wire per step
+//   must equal the closed forms evaluated at the padded size P (each unit padded to a multiple
+//   of N; the padding is printed), on every rank. Losses of the four stages must agree to
+//   --loss-tol (reduction order differs between all-reduce and reduce-scatter).
+// - Memory is per rank, from the ledger (DESIGN.md mechanism 2): "param" = full + shard
+//   parameters, "grad" = full + shard gradients, "optim" = Adam moments (and the f32 master
+//   weights of a bf16 run), "activation" = everything allocated in forward/backward (saved
+//   tensors and temporaries), "comm" = reduce-scatter output buffers.
+// - Rank 0 prints and writes the CSVs (suffix _n<N>), so runs at several N share one --out.
+//
+// Exit codes: 0 every check passed, 1 a check failed (or an error), 2 bad flags.
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data/default_corpus.h"
+#include "data/token_dataset.h"
+#include "dist/communicator.h"
+#include "dist/zero.h"
+#include "dist/zero_optimizer.h"
+#include "nn/gpt.h"
+
+using namespace zdl;
+using dist::CollectiveKind;
+using dist::CommPhase;
+using dist::ZeroStage;
+
+namespace {
+
+struct Args {
+  std::string device = "cpu";
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
+  int64_t seq = 64;
+  int64_t batch = 8;
+  int64_t steps = 4;
+  std::string dtype = "f32";
+  double lr = 1e-3;
+  double grad_clip = 1.0;
+  uint64_t seed = 1337;
+  int prefetch = 1;
+  bool compare_prefetch = true;
+  double cap_mib = 40;
+  int64_t fit_max_layers = 64;
+  double loss_tol = -1;  // default by dtype
+  std::string out = "walkthrough_out";
+};
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+const ZeroStage kStages[] = {ZeroStage::DDP, ZeroStage::One, ZeroStage::Two, ZeroStage::Three};
+
+// ---- what is measured ----
+
+// The walkthrough's byte categories: the ledger's, with full and shard flavours merged.
+enum Cat { kParam, kGrad, kOptim, kAct, kComm, kNumCats };
+const char* const kCatNames[kNumCats] = {"param", "grad", "optim", "activation", "comm"};
+using CatBytes = std::array<int64_t, kNumCats>;
+
+CatBytes by_cat(const std::array<int64_t, kNumMemoryCategories>& v) {
+  auto at = [&](MemoryCategory c) { return v[static_cast<int>(c)]; };
+  return {at(MemoryCategory::Parameter) + at(MemoryCategory::ParameterShard),
+          at(MemoryCategory::Gradient) + at(MemoryCategory::GradientShard), at(MemoryCategory::OptimizerState),
+          at(MemoryCategory::Activation) + at(MemoryCategory::Workspace), at(MemoryCategory::CommBuffer)};
+}
+
+CatBytes minus(CatBytes a, const CatBytes& b) {
+  for (int i = 0; i < kNumCats; ++i) a[i] -= b[i];
+  return a;
+}
+
+// One point of the traced step: an event of the partition manager (or of this program's loop)
+// and this rank's memory right then.
+struct Sample {
+  double t_ms = 0;  // since the step began
+  std::string event, unit;
+  CatBytes mem{};
+  int64_t total = 0;
+};
+
+using Traffic = std::array<std::array<dist::CommStats, dist::kNumCommPhases>, dist::kNumCollectiveKinds>;
+
+Traffic read_traffic() {
+  Traffic t{};
+  for (int k = 0; k < dist::kNumCollectiveKinds; ++k)
+    for (int p = 0; p < dist::kNumCommPhases; ++p)
+      t[k][p] = dist::comm_ledger().stats(static_cast<CollectiveKind>(k), static_cast<CommPhase>(p));
+  return t;
+}
+
+struct StageRun {
+  ZeroStage stage = ZeroStage::DDP;
+  int prefetch = 1;
+  int64_t psi = 0, padded = 0, units = 0, largest_unit = 0;
+  std::vector<int64_t> block_sizes;  // padded elements of each block, forward order
+  int64_t root_size = 0;             // padded elements of the root unit
+  CatBytes after{}, peak{};  // after the last step; peak during it (both minus what was there before)
+  int64_t total_after = 0, total_peak = 0;
+  std::vector<Traffic> traffic;  // per step
+  std::vector<double> losses, step_ms;
+  std::vector<Sample> trace;     // last step
+  bool same_on_all_ranks = true;
+};
+
+// ---- the paper's closed forms ----
+
+// Bytes per element: s for parameters and gradients (compute dtype), k for optimizer states
+// (f32 Adam m and v = 8; with bf16 compute also the f32 master = 12, the paper's K).
+struct ElementBytes {
+  int64_t s, k;
+};
+ElementBytes element_bytes(DType d) { return d == DType::BF16 ? ElementBytes{2, 12} : ElementBytes{4, 8}; }
+
+bool sharded(ZeroStage st, Cat c) {
+  int s = static_cast<int>(st);
+  return (c == kOptim && s >= 1) || (c == kGrad && s >= 2) || (c == kParam && s >= 3);
+}
+
+// Model-state bytes per rank after a step for n elements (P or Psi): the paper's formulas.
+double state_bytes(ZeroStage st, Cat c, double n, int N, ElementBytes e) {
+  double per = c == kParam || c == kGrad ? static_cast<double>(e.s) : c == kOptim ? static_cast<double>(e.k) : 0.0;
+  return per * n / (sharded(st, c) ? N : 1);
+}
+
+std::string state_formula(ZeroStage st, Cat c, ElementBytes e) {
+  if (c != kParam && c != kGrad && c != kOptim) return "-";
+  int64_t per = c == kOptim ? e.k : e.s;
+  return detail::str(per, "Psi", sharded(st, c) ? "/N" : "");
+}
+
+std::string total_formula(ZeroStage st, ElementBytes e) {
+  switch (st) {
+    case ZeroStage::DDP: return detail::str("(", e.s, "+", e.s, "+", e.k, ")Psi");
+    case ZeroStage::One: return detail::str(e.s, "Psi+", e.s, "Psi+", e.k, "Psi/N");
+    case ZeroStage::Two: return detail::str(e.s, "Psi+(", e.s, "+", e.k, ")Psi/N");
+    case ZeroStage::Three: return detail::str("(", e.s, "+", e.s, "+", e.k, ")Psi/N");
+  }
+  return "?";
+}
+
+// The peak of a category during a step under this implementation's schedule (not the paper's:
+// it counts model states only). ZeRO-3 holds the root unit gathered for all of forward and of
+// backward, plus the unit at work and the `prefetch` units gathered ahead of it; ZeRO-2/3 hold
+// the root's full gradients for the whole backward plus one block's; the reduce-scatter output
+// is one unit's shard. Activations have no closed form here: they are measured only. -1: none.
+int64_t peak_closed_form(const StageRun& r, Cat c, int N, ElementBytes e) {
+  const int st = static_cast<int>(r.stage);
+  const int64_t P = r.padded;
+  int64_t largest_block = 0, window = 0;
+  const size_t k = std::min(r.block_sizes.size(), static_cast<size_t>(r.prefetch) + 1);
+  for (size_t i = 0; i + k <= r.block_sizes.size(); ++i) {
+    int64_t sum = 0;
+    for (size_t j = i; j < i + k; ++j) sum += r.block_sizes[j];
+    window = std::max(window, sum);
+  }
+  for (int64_t b : r.block_sizes) largest_block = std::max(largest_block, b);
+  switch (c) {
+    case kParam: return st < 3 ? e.s * P : e.s * (P / N + r.root_size + window);
+    case kGrad: return st < 2 ? e.s * P : e.s * (P / N + r.root_size + largest_block);
+    case kOptim: return static_cast<int64_t>(state_bytes(r.stage, kOptim, static_cast<double>(P), N, e));
+    case kComm: return st == 0 ? 0 : e.s * r.largest_unit / N;
+    default: return -1;
+  }
+}
+
+// The collectives one step issues, per (kind, phase), and their closed forms at the padded
+// size P: `calls` = one per unit, payload = s * P, wire = payload * (N-1)/N (x 2 for the
+// all-reduce). Plus the 8-byte all-reduce of the gradient norm's square (stages 1-3, N > 1).
+struct ExpectedTraffic {
+  CollectiveKind kind;
+  CommPhase phase;
+  int64_t calls, payload, wire;
+  std::string formula;  // of the wire bytes
+};
+
+std::vector<ExpectedTraffic> expected_traffic(ZeroStage st, int64_t P, int64_t units, int N, ElementBytes e) {
+  const int64_t pay = e.s * P, one = pay * (N - 1) / N;
+  std::vector<ExpectedTraffic> w;
+  switch (st) {
+    case ZeroStage::DDP:
+      w.push_back({CollectiveKind::AllReduce, CommPhase::GradReduce, units, pay, 2 * one, "2 s Psi (N-1)/N"});
+      break;
+    case ZeroStage::One:
+    case ZeroStage::Two:
+      w.push_back({CollectiveKind::ReduceScatter, CommPhase::GradReduce, units, pay, one, "s Psi (N-1)/N"});
+      w.push_back({CollectiveKind::AllGather, CommPhase::PostStepGather, units, pay, one, "s Psi (N-1)/N"});
+      break;
+    case ZeroStage::Three:
+      w.push_back({CollectiveKind::AllGather, CommPhase::ForwardGather, units, pay, one, "s Psi (N-1)/N"});
+      w.push_back({CollectiveKind::AllGather, CommPhase::BackwardGather, units, pay, one, "s Psi (N-1)/N"});
+      w.push_back({CollectiveKind::ReduceScatter, CommPhase::GradReduce, units, pay, one, "s Psi (N-1)/N"});
+      break;
+  }
+  if (st != ZeroStage::DDP && N > 1)
+    w.push_back({CollectiveKind::AllReduce, CommPhase::Other, 1, 8, dist::ring_wire_bytes(CollectiveKind::AllReduce, 8, N),
+                 "grad-norm scalar"});
+  return w;
+}
+
+// ---- formatting ----
+
+std::string commas(int64_t v) {
+  std::string d = std::to_string(v < 0 ? -v : v), o;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i > 0 && (d.size() - i) % 3 == 0) o += ',';
+    o += d[i];
+  }
+  return (v < 0 ? "-" : "") + o;
+}
+
+std::string mib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", bytes / (1024.0 * 1024.0));
+  return b;
+}
+
+const char* stage_title(ZeroStage st) {
+  switch (st) {
+    case ZeroStage::DDP: return "DDP";
+    case ZeroStage::One: return "ZeRO-1";
+    case ZeroStage::Two: return "ZeRO-2";
+    case ZeroStage::Three: return "ZeRO-3";
+  }
+  return "?";
+}
+
+std::string default_corpus_path() {
+  auto path = std::filesystem::temp_directory_path() / "zerodl-default-corpus.txt";
+  std::string text = data::default_corpus();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) || std::filesystem::file_size(path, ec) != text.size())
+    data::write_default_corpus(path.string());
+  return path.string();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// GPT-2's parameter count (tied LM head): V C + T C + 2 C + L (12 C^2 + 13 C). Known before
+// anything is allocated, so an out-of-memory probe can still say which model it was.
+int64_t gpt_params(const nn::GPTConfig& c) {
+  const int64_t C = c.n_embd;
+  return c.padded_vocab() * C + c.block_size * C + 2 * C + c.n_layer * (12 * C * C + 13 * C);
+}
+
+// ---- one training run ----
+
+class Walkthrough {
+ public:
+  Walkthrough(const Args& a, dist::Communicator& comm, DType dtype, std::string data_path)
+      : a_(a), comm_(comm), dtype_(dtype), data_path_(std::move(data_path)), e_(element_bytes(dtype)) {}
+
+  nn::GPTConfig config(int64_t n_layer) const {
+    return nn::GPTConfig{.vocab_size = 256, .block_size = a_.seq, .n_layer = n_layer, .n_head = a_.n_head,
+                         .n_embd = a_.n_embd};
+  }
+
+  // Trains `steps` steps of `stage` on a fresh model; measures everything (see StageRun).
+  StageRun run_stage(ZeroStage stage, int prefetch) {
+    StageRun r;
+    r.stage = stage;
+    r.prefetch = prefetch;
+    const Device cpu = Device::cpu();
+    const MemoryStats before = memory_ledger().stats(cpu);
+    const CatBytes base = by_cat(before.current);
+    std::shared_ptr<dist::Communicator> shared(&comm_, [](dist::Communicator*) {});
+    dist::ZeroPartitioner zero(shared, {.stage = stage, .compute_dtype = dtype_, .prefetch = prefetch});
+    std::shared_ptr<nn::GPT> model;
+    {
+      auto scope = zero.placement_scope(a_.seed);
+      model = std::make_shared<nn::GPT>(config(a_.n_layer));
+    }
+    // Markers for the timeline: hooks registered before wrap() run before the manager's, so
+    // "forward_hook h.2" is the moment h.2's forward pre-hook starts waiting for its all-gather.
+    std::function<void(const std::string&, const std::string&)> mark;
+    auto add_markers = [&](nn::Module& m, const std::string& unit) {
+      m.register_forward_pre_hook([&mark, unit](nn::Module&, const nn::TensorList&) {
+        if (mark) mark("forward_hook", unit);
+      });
+      m.register_backward_pre_hook([&mark, unit](nn::Module&) {
+        if (mark) mark("backward_hook", unit);
+      });
+    };
+    for (size_t i = 0; i < model->h.size(); ++i) add_markers(*model->h[i], detail::str("h.", i));
+    add_markers(*model, "<root>");
+    zero.wrap(*model);
+    r.psi = zero.num_parameters();
+    r.padded = zero.num_padded();
+    r.units = static_cast<int64_t>(zero.units().size());
+    for (auto& u : zero.units()) {
+      r.largest_unit = std::max(r.largest_unit, u->padded);
+      if (u->name == "<root>") r.root_size = u->padded;
+      else r.block_sizes.push_back(u->padded);
+    }
+    dist::ZeroAdamW opt(zero, {.lr = a_.lr, .beta1 = 0.9, .beta2 = 0.95}, /*weight_decay=*/0.1);
+    data::TokenDataset ds(data_path_, {.batch_size = a_.batch, .seq_len = a_.seq, .val_fraction = 0.0, .seed = a_.seed,
+                                       .rank = comm_.rank(), .world_size = comm_.size()});
+    model->train();
+    for (int64_t step = 0; step < a_.steps; ++step) {
+      const bool traced = step + 1 == a_.steps;
+      double loss_value = 0;
+      std::chrono::steady_clock::time_point t0;
+      auto sample = [&](const std::string& event, const std::string& unit) {
+        MemoryStats s = memory_ledger().stats(cpu);
+        r.trace.push_back({std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+                           event, unit, minus(by_cat(s.current), base), s.total_current - before.total_current});
+      };
+      {
+        data::Batch b = ds.next_batch();
+        memory_ledger().reset_peaks(cpu);
+        dist::comm_ledger().reset();
+        t0 = std::chrono::steady_clock::now();
+        if (traced) {
+          zero.set_trace([&](const dist::TraceEvent& ev) { sample(dist::trace_kind_name(ev.kind), ev.unit); });
+          mark = sample;
+          sample("iteration_begin", "");
+        }
+        Tensor loss = model->loss(b.inputs, b.targets);
+        loss_value = loss.item();
+        if (traced) sample("loss_computed", "");
+        loss.backward();
+        loss = Tensor();
+        if (traced) sample("backward_done", "");
+        double scale = zero.clip_grad_norm(a_.grad_clip);
+        opt.step(scale);
+        zero.zero_grad();
+        if (traced) sample("zero_grad_done", "");
+        r.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        zero.set_trace(nullptr);
+        mark = nullptr;
+      }
+      r.traffic.push_back(read_traffic());
+      MemoryStats s = memory_ledger().stats(cpu);
+      r.after = minus(by_cat(s.current), base);
+      r.peak = minus(by_cat(s.peak), base);
+      r.total_after = s.total_current - before.total_current;
+      r.total_peak = s.total_peak - before.total_current;
+      r.losses.push_back(comm_.all_reduce_sum(loss_value) / comm_.size());
+    }
+    // Every rank holds the same shard sizes: check that the ledgers agree byte for byte.
+    for (int c = 0; c < kNumCats; ++c) {
+      auto all = comm_.all_gather_i64(r.after[c]);
+      auto allp = comm_.all_gather_i64(r.peak[c]);
+      for (size_t i = 0; i < all.size(); ++i)
+        if (all[i] != all[0] || allp[i] != allp[0]) r.same_on_all_ranks = false;
+    }
+    return r;
+  }
+
+  // The memory-cap experiment for one model size: trains `steps` steps of an n_layer model
+  // under a cap on this rank's total bytes (0 = none). fits = no rank ran out of memory.
+  struct CapProbe {
+    bool fits = true;
+    bool all_ranks_agree = true;  // every rank failed, or none
+    int64_t params = 0;
+    int64_t peak = 0;  // total bytes on this rank, at the step's peak (absolute, as the cap sees it)
+    std::string error;
+    std::vector<double> losses;
+  };
+
+  CapProbe probe(ZeroStage stage, int64_t n_layer, int64_t cap, int64_t steps) {
+    CapProbe p;
+    const Device cpu = Device::cpu();
+    memory_ledger().reset_peaks(cpu);
+    memory_ledger().set_cap(DeviceType::CPU, cap);
+    try {
+      std::shared_ptr<dist::Communicator> shared(&comm_, [](dist::Communicator*) {});
+      dist::ZeroPartitioner zero(shared, {.stage = stage, .compute_dtype = dtype_, .prefetch = a_.prefetch});
+      std::shared_ptr<nn::GPT> model;
+      {
+        auto scope = zero.placement_scope(a_.seed);
+        model = std::make_shared<nn::GPT>(config(n_layer));
+      }
+      p.params = gpt_params(config(n_layer));
+      zero.wrap(*model);
+      dist::ZeroAdamW opt(zero, {.lr = a_.lr, .beta1 = 0.9, .beta2 = 0.95}, 0.1);
+      data::TokenDataset ds(data_path_, {.batch_size = a_.batch, .seq_len = a_.seq, .val_fraction = 0.0,
+                                         .seed = a_.seed, .rank = comm_.rank(), .world_size = comm_.size()});
+      for (int64_t s = 0; s < steps; ++s) {
+        data::Batch b = ds.next_batch();
+        Tensor loss = model->loss(b.inputs, b.targets);
+        double l = loss.item();
+        loss.backward();
+        loss = Tensor();
+        opt.step(zero.clip_grad_norm(a_.grad_clip));
+        zero.zero_grad();
+        p.losses.push_back(l);
+      }
+    } catch (const OutOfMemoryError& e) {
+      p.fits = false;
+      p.error = e.what();
+    }
+    memory_ledger().set_cap(DeviceType::CPU, 0);
+    p.peak = memory_ledger().stats(cpu).total_peak;
+    // Every rank allocates the same sizes in the same order, so all fail at the same allocation.
+    auto fails = comm_.all_gather_i64(p.fits ? 0 : 1);
+    for (int64_t f : fails) p.all_ranks_agree = p.all_ranks_agree && f == fails[0];
+    if (p.fits)
+      for (double& l : p.losses) l = comm_.all_reduce_sum(l) / comm_.size();
+    return p;
+  }
+
+ private:
+  const Args& a_;
+  dist::Communicator& comm_;
+  DType dtype_;
+  std::string data_path_;
+  ElementBytes e_;
+};
+
+// ---- CSV ----
+
+class Csv {
+ public:
+  Csv(const std::string& path, const std::string& header, bool active) {
+    if (!active) return;
+    out_.open(path);
+    if (!out_) throw UsageError("cannot write '" + path + "'");
+    out_ << header << "\n";
+  }
+  template <class... T>
+  void row(const T&... v) {
+    if (!out_.is_open()) return;
+    int i = 0;
+    ((out_ << (i++ ? "," : "") << v), ...);
+    out_ << "\n";
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+// ---- the program ----
+
+int run(const Args& a, dist::Communicator& comm) {
+  const bool lead = comm.rank() == 0;
+  const int N = comm.size();
+  auto say = [&](const std::string& m) {
+    if (lead) std::printf("%s\n", m.c_str());
+  };
+  // Input checks (exit 2).
+  if (a.device != "cpu") {
+    if (a.device == "cuda")
+      throw UsageError(
+          "--device cuda: the CUDA backend is not available yet in this build (the ZeRO partition manager places "
+          "model states on the CPU only; CUDA support is tracked as a separate issue). Run with --device cpu");
+    throw UsageError("--device must be cpu or cuda, got '" + a.device + "'");
+  }
+  DType dtype;
+  try {
+    dtype = dtype_from_name(a.dtype);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--dtype: ") + e.what());
+  }
+  if (dtype != DType::F32 && dtype != DType::BF16) throw UsageError("--dtype must be f32 or bf16, got " + a.dtype);
+  if (a.batch % N != 0)
+    throw UsageError(detail::str("--batch ", a.batch, " must be divisible by the number of ranks ", N));
+  try {
+    nn::GPTConfig c{.vocab_size = 256, .block_size = a.seq, .n_layer = a.n_layer, .n_head = a.n_head, .n_embd = a.n_embd};
+    c.validate();
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  const double loss_tol = a.loss_tol >= 0 ? a.loss_tol : (dtype == DType::BF16 ? 1e-2 : 1e-5);
+  const ElementBytes eb = element_bytes(dtype);
+  if (lead) std::filesystem::create_directories(a.out);
+  const std::string sfx = detail::str("_n", N, ".csv");
+  auto path = [&](const char* name) { return (std::filesystem::path(a.out) / (std::string(name) + sfx)).string(); };
+  std::string data_path = default_corpus_path();
+  Walkthrough w(a, comm, dtype, data_path);
+  std::vector<std::string> failures;
+  auto fail = [&](const std::string& m) { failures.push_back(m); };
+
+  say(detail::str("zerodl ZeRO walkthrough: GPT L=", a.n_layer, " C=", a.n_embd, " NH=", a.n_head, " T=", a.seq,
+                  ", global batch ", a.batch, " (", a.batch / N, " rows per rank), ", a.steps, " steps, ",
+                  dtype_name(dtype), ", N=", N, " ranks (", comm.backend(), "), ", omp_get_max_threads(),
+                  " OpenMP thread(s) per rank"));
+
+  // ---- 1. the four stages ----
+  std::vector<StageRun> runs;
+  for (ZeroStage st : kStages) {
+    auto t = std::chrono::steady_clock::now();
+    runs.push_back(w.run_stage(st, a.prefetch));
+    if (lead)
+      std::printf("  ran %-6s: %lld steps in %.1f s\n", stage_title(st), static_cast<long long>(a.steps),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+  }
+  std::vector<StageRun> extra;  // ZeRO-3 without prefetch: the timeline's comparison
+  if (a.compare_prefetch && a.prefetch > 0) extra.push_back(w.run_stage(ZeroStage::Three, 0));
+
+  const int64_t psi = runs[0].psi, P = runs[0].padded, units = runs[0].units;
+  if (psi != gpt_params(w.config(a.n_layer)))
+    fail(detail::str("the model has ", psi, " parameters, the GPT-2 count says ", gpt_params(w.config(a.n_layer))));
+  say(detail::str("\nPsi = ", commas(psi), " parameters in ", units, " units (", units - 1,
+                  " blocks + the root: embeddings, final norm); padded to multiples of N: P = ", commas(P), " (+",
+                  P - psi, " elements)"));
+  say(detail::str("element bytes: parameters and gradients s = ", eb.s, " (", dtype_name(dtype),
+                  "), optimizer states K = ", eb.k,
+                  dtype == DType::BF16 ? " (f32 master 4 + Adam m 4 + v 4: the paper's mixed precision)"
+                                       : " (Adam m 4 + v 4; the f32 parameters are their own master)"));
+
+  // ---- memory table ----
+  say("\n[1] Memory per rank (bytes). 'after' = after the last step (model states stay, the rest is freed);");
+  say("    'formula' = the paper's closed form at Psi, 'pad' = what the padding to P adds, 'peak' = highest");
+  say("    during the step (per category), 'schedule' = its closed form for this implementation's unit schedule");
+  say("    (ZeRO-3: root + the working unit + the prefetched one; activations are measured only).");
+  say(detail::str("    ", std::string(118, '-')));
+  if (lead)
+    std::printf("    %-7s %-10s %14s  %-18s %14s %8s  %-4s %14s %14s %-3s\n", "stage", "category", "after", "formula",
+                "= bytes", "+ pad", "ok", "peak", "schedule", "ok");
+  Csv mem_csv(path("memory"), "n,dtype,stage,category,after,peak,closed_form,paper,formula,peak_closed_form,psi,padded",
+              lead);
+  for (auto& r : runs) {
+    int64_t tot_want = 0;
+    double tot_paper = 0;
+    for (int c = 0; c < kNumCats; ++c) {
+      Cat cat = static_cast<Cat>(c);
+      double paper = state_bytes(r.stage, cat, static_cast<double>(psi), N, eb);
+      int64_t want = static_cast<int64_t>(state_bytes(r.stage, cat, static_cast<double>(P), N, eb));
+      bool ok = r.after[c] == want;
+      if (!ok)
+        fail(detail::str(stage_title(r.stage), " ", kCatNames[c], ": measured ", r.after[c], " bytes after the step, ",
+                         "closed form ", want));
+      tot_want += want;
+      tot_paper += paper;
+      const int64_t want_peak = peak_closed_form(r, cat, N, eb);
+      const bool peak_ok = want_peak < 0 || r.peak[c] == want_peak;
+      if (!peak_ok)
+        fail(detail::str(stage_title(r.stage), " ", kCatNames[c], ": measured peak ", r.peak[c],
+                         " bytes, schedule's closed form ", want_peak));
+      if (lead)
+        std::printf("    %-7s %-10s %14s  %-18s %14s %8s  %-4s %14s %14s %-3s\n", stage_title(r.stage), kCatNames[c],
+                    commas(r.after[c]).c_str(), state_formula(r.stage, cat, eb).c_str(),
+                    commas(static_cast<int64_t>(std::llround(paper))).c_str(),
+                    commas(want - static_cast<int64_t>(std::llround(paper))).c_str(), ok ? "yes" : "NO",
+                    commas(r.peak[c]).c_str(), want_peak < 0 ? "-" : commas(want_peak).c_str(),
+                    want_peak < 0 ? "" : peak_ok ? "yes" : "NO");
+      mem_csv.row(N, dtype_name(dtype), dist::stage_name(r.stage), kCatNames[c], r.after[c], r.peak[c], want, paper,
+                  state_formula(r.stage, cat, eb), want_peak, psi, P);
+    }
+    if (lead)
+      std::printf("    %-7s %-10s %14s  %-18s %14s %8s  %-4s %14s  (%s MiB after, %s MiB peak)\n", "",
+                  "total", commas(r.total_after).c_str(), total_formula(r.stage, eb).c_str(),
+                  commas(static_cast<int64_t>(std::llround(tot_paper))).c_str(),
+                  commas(tot_want - static_cast<int64_t>(std::llround(tot_paper))).c_str(),
+                  r.total_after == tot_want ? "yes" : "NO", commas(r.total_peak).c_str(), mib(r.total_after).c_str(),
+                  mib(r.total_peak).c_str());
+    mem_csv.row(N, dtype_name(dtype), dist::stage_name(r.stage), "total", r.total_after, r.total_peak, tot_want,
+                tot_paper, total_formula(r.stage, eb), -1, psi, P);
+    if (r.total_after != tot_want)
+      fail(detail::str(stage_title(r.stage), ": ", r.total_after, " bytes remain after the step, closed form ",
+                       tot_want, " (something besides the model states stayed allocated)"));
+    if (!r.same_on_all_ranks) fail(detail::str(stage_title(r.stage), ": ranks measured different memory"));
+  }
+  if (lead) {
+    const auto& d = runs[0];
+    std::printf("    model states vs DDP:");
+    for (auto& r : runs)
+      std::printf("  %s %.2fx", stage_title(r.stage),
+                  static_cast<double>(d.after[kParam] + d.after[kGrad] + d.after[kOptim]) /
+                      static_cast<double>(r.after[kParam] + r.after[kGrad] + r.after[kOptim]));
+    std::printf("   (the paper at N=%d: DDP 1x, ZeRO-1 %.2fx, ZeRO-2 %.2fx, ZeRO-3 %.2fx)\n", N,
+                double(2 * eb.s + eb.k) / (2 * eb.s + double(eb.k) / N),
+                double(2 * eb.s + eb.k) / (eb.s + double(eb.s + eb.k) / N), double(N));
+  }
+
+  // ---- traffic table ----
+  say("\n[2] Bytes per rank per step by collective and phase (every step; the last one shown).");
+  say("    payload = the collective's full buffer; wire = what this rank sends on a ring.");
+  say(detail::str("    ", std::string(118, '-')));
+  if (lead)
+    std::printf("    %-7s %-32s %5s %14s %14s %14s  %-17s %-3s\n", "stage", "collective / phase", "calls", "payload",
+                "wire", "= closed form", "formula", "ok");
+  Csv traffic_csv(path("traffic"),
+                  "n,dtype,stage,collective,phase,calls,payload,wire,closed_calls,closed_payload,closed_wire,formula",
+                  lead);
+  for (auto& r : runs) {
+    auto want = expected_traffic(r.stage, P, units, N, eb);
+    int64_t model_wire = 0;
+    for (size_t s = 0; s < r.traffic.size(); ++s) {
+      const Traffic& t = r.traffic[s];
+      int64_t counted_calls = 0, all_calls = 0;
+      for (auto& w2 : want) {
+        const auto& got = t[static_cast<int>(w2.kind)][static_cast<int>(w2.phase)];
+        counted_calls += got.calls;
+        bool ok = got.calls == w2.calls && got.payload_bytes == w2.payload && got.wire_bytes == w2.wire;
+        if (!ok)
+          fail(detail::str(stage_title(r.stage), " step ", s + 1, " ", dist::collective_name(w2.kind), "/",
+                           dist::phase_name(w2.phase), ": measured ", got.calls, " calls, ", got.payload_bytes,
+                           " B payload, ", got.wire_bytes, " B wire; closed form ", w2.calls, ", ", w2.payload, ", ",
+                           w2.wire));
+        if (s + 1 == r.traffic.size()) {
+          if (w2.phase != CommPhase::Other) model_wire += got.wire_bytes;
+          std::string label = detail::str(dist::collective_name(w2.kind), " / ", dist::phase_name(w2.phase));
+          if (lead)
+            std::printf("    %-7s %-32s %5lld %14s %14s %14s  %-17s %-3s\n", stage_title(r.stage), label.c_str(),
+                        static_cast<long long>(got.calls), commas(got.payload_bytes).c_str(),
+                        commas(got.wire_bytes).c_str(), commas(w2.wire).c_str(), w2.formula.c_str(), ok ? "yes" : "NO");
+          traffic_csv.row(N, dtype_name(dtype), dist::stage_name(r.stage), dist::collective_name(w2.kind),
+                          dist::phase_name(w2.phase), got.calls, got.payload_bytes, got.wire_bytes, w2.calls,
+                          w2.payload, w2.wire, w2.formula);
+        }
+      }
+      for (auto& kind : t)
+        for (auto& ph : kind) all_calls += ph.calls;
+      if (all_calls != counted_calls)
+        fail(detail::str(stage_title(r.stage), " step ", s + 1, ": ", all_calls - counted_calls,
+                         " collectives beyond the closed form"));
+    }
+    if (lead) {
+      int k = r.stage == ZeroStage::Three ? 3 : 2;
+      double unit = static_cast<double>(eb.s * P) * (N - 1) / N;
+      std::printf("    %-7s model bytes on the wire: %s = %s x s P (N-1)/N   (paper: %d Psi)\n", "",
+                  commas(model_wire).c_str(), N > 1 ? detail::str(model_wire / unit).c_str() : "-", k);
+    }
+  }
+
+  // ---- time and losses ----
+  say("\n[3] Step time (median of the steps after the first) and losses (mean over ranks).");
+  say(detail::str("    ", std::string(118, '-')));
+  Csv steps_csv(path("steps"), "n,dtype,stage,prefetch,step,loss,ms", lead);
+  auto all_runs = runs;
+  all_runs.insert(all_runs.end(), extra.begin(), extra.end());
+  // ZeRO-3's time blocked on all-gathers: from a unit's pre-hook (our marker, which runs just
+  // before the manager's) to the end of the wait for that unit's parameters.
+  auto blocked_ms = [](const StageRun& r) {
+    double b = 0, entered = -1;
+    for (const Sample& x : r.trace) {
+      if (x.event == "forward_hook" || x.event == "backward_hook") entered = x.t_ms;
+      if (x.event == "gather_done" && entered >= 0) b += x.t_ms - entered;
+      if (x.event == "forward_begin" || x.event == "backward_begin") entered = -1;
+    }
+    return b;
+  };
+  const double ddp_ms = median(std::vector<double>(runs[0].step_ms.begin() + (a.steps > 1), runs[0].step_ms.end()));
+  for (auto& r : all_runs) {
+    std::vector<double> ms(r.step_ms.begin() + (a.steps > 1), r.step_ms.end());
+    double m = median(ms);
+    std::string name = stage_title(r.stage);
+    if (r.stage == ZeroStage::Three) name += detail::str(" (prefetch ", r.prefetch, ")");
+    if (lead) {
+      std::printf("    %-20s %8.1f ms  %6.2fx DDP  %8.0f tokens/s  losses", name.c_str(), m, m / ddp_ms,
+                  static_cast<double>(a.batch * a.seq) / (m / 1000.0));
+      for (double l : r.losses) std::printf(" %.6f", l);
+      if (r.stage == ZeroStage::Three)
+        std::printf("   (blocked on all-gathers %.1f ms of the traced step's %.1f ms)", blocked_ms(r), r.step_ms.back());
+      std::printf("\n");
+    }
+    for (size_t s = 0; s < r.losses.size(); ++s)
+      steps_csv.row(N, dtype_name(dtype), dist::stage_name(r.stage), r.prefetch, s + 1, r.losses[s], r.step_ms[s]);
+  }
+  double worst = 0;
+  for (auto& r : all_runs)
+    for (size_t s = 0; s < r.losses.size(); ++s)
+      worst = std::max(worst, std::abs(r.losses[s] - runs[0].losses[s]) / std::abs(runs[0].losses[s]));
+  say(detail::str("    largest relative loss difference from DDP: ", worst, " (tolerance ", loss_tol, ") -> ",
+                  worst <= loss_tol ? "the stages agree" : "DISAGREE"));
+  if (!(worst <= loss_tol)) fail(detail::str("losses differ across stages by ", worst, " > ", loss_tol));
+
+  // ---- the traced step, for the memory and timeline pictures ----
+  {
+    Csv trace_csv(path("trace"), "n,dtype,stage,prefetch,seq,t_ms,event,unit,param,grad,optim,activation,comm,total",
+                  lead);
+    for (auto& r : all_runs)
+      for (size_t i = 0; i < r.trace.size(); ++i) {
+        const Sample& s = r.trace[i];
+        trace_csv.row(N, dtype_name(dtype), dist::stage_name(r.stage), r.prefetch, i, s.t_ms, s.event,
+                      s.unit == "<root>" ? "root" : s.unit, s.mem[kParam], s.mem[kGrad], s.mem[kOptim], s.mem[kAct],
+                      s.mem[kComm], s.total);
+      }
+  }
+
+  // ---- 4. the memory cap ----
+  if (a.cap_mib > 0) {
+    const int64_t cap = static_cast<int64_t>(a.cap_mib * 1024 * 1024);
+    say(detail::str("\n[4] Memory cap: ", a.cap_mib, " MiB per rank (all categories). Largest n_layer that trains, per stage"));
+    say("    (C, T, batch as above). Peaks of uncapped 1-step runs at L = 2, 3, 4 give peak(L) = a + b L; L* is");
+    say("    predicted from it and confirmed under the cap: L* trains 2 steps, L*+1 runs out of memory.");
+    say(detail::str("    ", std::string(118, '-')));
+    Csv fit_csv(path("fit"), "n,dtype,stage,cap,n_layer,params,peak,fits,how", lead);
+    int64_t zero3_L = 0;
+    std::vector<int64_t> best(4, 0);
+    for (ZeroStage st : kStages) {
+      std::array<int64_t, 3> pk{};
+      for (int i = 0; i < 3; ++i) {
+        auto p = w.probe(st, 2 + i, 0, 1);
+        pk[i] = p.peak;
+        fit_csv.row(N, dtype_name(dtype), dist::stage_name(st), cap, 2 + i, p.params, p.peak, p.peak <= cap ? 1 : 0,
+                    "uncapped");
+      }
+      const int64_t b = pk[1] - pk[0];
+      const bool affine = pk[2] - pk[1] == b;
+      int64_t L = pk[0] <= cap ? 2 + (cap - pk[0]) / std::max<int64_t>(b, 1) : 1;
+      L = std::min(L, a.fit_max_layers);
+      const int64_t predicted = L;
+      // Confirm under the cap; walk if the prediction was off (the peak is not exactly affine).
+      auto check = [&](int64_t layers) {
+        if (layers < 1) return Walkthrough::CapProbe{};
+        auto p = w.probe(st, layers, cap, 2);
+        if (!p.all_ranks_agree) fail(detail::str(stage_title(st), " L=", layers, ": not every rank ran out of memory"));
+        fit_csv.row(N, dtype_name(dtype), dist::stage_name(st), cap, layers, p.params, p.peak, p.fits ? 1 : 0,
+                    p.fits ? "trained under cap" : "out of memory under cap");
+        return p;
+      };
+      auto at = check(L);
+      while (L >= 1 && !at.fits) at = check(--L);
+      Walkthrough::CapProbe next;
+      if (L < a.fit_max_layers) {
+        next = check(L + 1);
+        while (next.fits && L + 1 < a.fit_max_layers) {
+          ++L;
+          next = check(L + 1);
+        }
+        if (next.fits) ++L;
+      }
+      best[static_cast<int>(st)] = L;
+      if (st == ZeroStage::Three) zero3_L = L;
+      if (lead)
+        std::printf("    %-7s peak(L=2,3,4) = %s, %s, %s MiB (%s); predicted L* = %lld; measured L* = %lld%s (%s params)\n",
+                    stage_title(st), mib(pk[0]).c_str(), mib(pk[1]).c_str(), mib(pk[2]).c_str(),
+                    affine ? "affine" : "not affine", static_cast<long long>(predicted), static_cast<long long>(L),
+                    L >= a.fit_max_layers ? " (the search's limit)" : "",
+                    L >= 1 ? commas(at.params).c_str() : "0");
+    }
+    // The experiment of the doc: DDP on the model ZeRO-3 trains under this cap.
+    if (zero3_L > best[0]) {
+      auto ddp = w.probe(ZeroStage::DDP, zero3_L, cap, 2);
+      auto z3 = w.probe(ZeroStage::Three, zero3_L, cap, 2);
+      say(detail::str("\n    The same model (L=", zero3_L, ", ", commas(z3.params), " parameters) under a ", a.cap_mib,
+                      " MiB cap per rank:"));
+      say(detail::str("    DDP:    ", ddp.fits ? "trained (unexpected)" : "out of memory on every rank: " + ddp.error));
+      if (lead && z3.fits)
+        std::printf("    ZeRO-3: trained 2 steps, losses %.6f %.6f, peak %s MiB per rank\n", z3.losses[0], z3.losses[1],
+                    mib(z3.peak).c_str());
+      if (ddp.fits || !z3.fits) fail("memory cap: expected DDP out of memory and ZeRO-3 training");
+    }
+  }
+
+  say("");
+  say(detail::str("CSVs: ", a.out, "/{memory,traffic,steps,trace", a.cap_mib > 0 ? ",fit" : "", "}", sfx,
+                  "; pictures: python3 scripts/plot_walkthrough.py --out ", a.out));
+  if (failures.empty()) {
+    say("all checks passed: memory and traffic equal the closed forms; the stages' losses agree");
+    return 0;
+  }
+  if (lead)
+    for (auto& f : failures) std::fprintf(stderr, "CHECK FAILED: %s\n", f.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"zero_walkthrough: DDP, ZeRO-1, ZeRO-2 and ZeRO-3 on the same GPT, measured next to the paper"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--device", a.device, "cpu (cuda: not available yet in this build)");
+  app.add_option("--n-layer", a.n_layer, "transformer blocks L")->check(CLI::PositiveNumber);
+  app.add_option("--n-head", a.n_head, "attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--n-embd", a.n_embd, "channels C")->check(CLI::PositiveNumber);
+  app.add_option("--seq", a.seq, "sequence length T")->check(CLI::PositiveNumber);
+  app.add_option("--batch", a.batch, "global batch B (B/N rows per rank)")->check(CLI::PositiveNumber);
+  app.add_option("--steps", a.steps, "training steps per stage (the last is traced)")->check(CLI::PositiveNumber);
+  app.add_option("--dtype", a.dtype, "f32, or bf16 (bf16 parameters/gradients, f32 masters and Adam)");
+  app.add_option("--lr", a.lr, "AdamW learning rate")->check(CLI::NonNegativeNumber);
+  app.add_option("--grad-clip", a.grad_clip, "global gradient-norm clip (0: off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", a.seed, "seed of init and data order");
+  app.add_option("--prefetch", a.prefetch, "ZeRO-3: units all-gathered ahead")->check(CLI::Range(0, 64));
+  app.add_flag("!--no-prefetch-compare", a.compare_prefetch, "skip the ZeRO-3 run without prefetch");
+  app.add_option("--cap-mib", a.cap_mib, "per-rank memory cap of the largest-model experiment, MiB (0: skip it)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--fit-max-layers", a.fit_max_layers, "upper limit of that experiment's n_layer search")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--loss-tol", a.loss_tol, "relative loss agreement required (default 1e-5 f32, 1e-2 bf16)");
+  app.add_option("--out", a.out, "directory for the CSVs (default walkthrough_out)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "zero_walkthrough: %s (see --help)\n", e.what());
+    return 2;
+  }
+  std::shared_ptr<dist::Communicator> comm;
+  try {
+    comm = dist::init();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zero_walkthrough: cannot start the process group: %s\n", e.what());
+    return 1;
+  }
+  // Ranks on one machine share its cores: unless told otherwise, give each rank its share.
+  if (comm->size() > 1 && !std::getenv("OMP_NUM_THREADS"))
+    omp_set_num_threads(std::max(1, omp_get_num_procs() / comm->size()));
+  int rc;
+  try {
+    rc = run(a, *comm);
+  } catch (const UsageError& e) {
+    if (comm->rank() == 0) std::fprintf(stderr, "zero_walkthrough: %s\n", e.what());
+    rc = 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\nzero_walkthrough: error: %s\n", e.what());
+    if (comm->size() > 1) dist::abort_job(1);
+    rc = 1;
+  }
+  return rc;
+}

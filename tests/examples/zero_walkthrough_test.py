@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""End-to-end test of examples/zero_walkthrough (ctest: zero_walkthrough_np1, zero_walkthrough_np2).
+
+Runs the walkthrough small (an odd n_embd, so every block is padded at N = 2) and checks its
+CSVs and its printed table against closed forms computed HERE, independently of the example:
+GPT-2's parameter count, the padding of each unit to a multiple of N, the paper's per-rank
+model-state bytes (f32: 4 / 4 / 8 bytes per element; /N for what each stage shards) and the
+bytes per collective of one step (payload s P; ring wire s P (N-1)/N, twice for the all-reduce).
+Also: the four stages' losses agree, the memory-cap search ends with L trained under the cap and
+L+1 out of memory, and --device cuda fails with a clear message.
+
+    python3 zero_walkthrough_test.py --exe build/examples/zero_walkthrough --np 2 --mpiexec mpiexec
+"""
+import argparse
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+
+V, L, NH, C, T, B = 256, 2, 5, 35, 32, 4
+FLAGS = ["--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C), "--seq", str(T), "--batch", str(B),
+         "--steps", "2", "--cap-mib", "2.5", "--fit-max-layers", "16"]
+STAGES = ["ddp", "zero1", "zero2", "zero3"]
+failures = []
+
+
+def expect(cond, msg):
+    if not cond:
+        failures.append(msg)
+
+
+def pad(n, N):
+    return (n + N - 1) // N * N
+
+
+def closed_forms(N):
+    block = 12 * C * C + 13 * C            # ln_1, attn (c_attn, c_proj), ln_2, mlp (c_fc, c_proj)
+    root = V * C + T * C + 2 * C           # wte (tied LM head), wpe, ln_f
+    psi = L * block + root
+    P = L * pad(block, N) + pad(root, N)
+    s, k = 4, 8                            # f32 parameters/gradients; Adam m, v
+    mem = {}
+    for st, shard in zip(STAGES, [(), ("optim",), ("optim", "grad"), ("optim", "grad", "param")]):
+        for cat, per in (("param", s), ("grad", s), ("optim", k)):
+            mem[(st, cat)] = per * P // (N if cat in shard else 1)
+        mem[(st, "activation")] = mem[(st, "comm")] = 0
+        mem[(st, "total")] = sum(mem[(st, c)] for c in ("param", "grad", "optim"))
+    pay = s * P
+    one = pay * (N - 1) // N
+    units = L + 1
+    traffic = {"ddp": {("all_reduce", "grad_reduce"): (units, pay, 2 * one)},
+               "zero1": {("reduce_scatter", "grad_reduce"): (units, pay, one),
+                         ("all_gather", "post_step_gather"): (units, pay, one)},
+               "zero3": {("all_gather", "forward_gather"): (units, pay, one),
+                         ("all_gather", "backward_gather"): (units, pay, one),
+                         ("reduce_scatter", "grad_reduce"): (units, pay, one)}}
+    traffic["zero2"] = dict(traffic["zero1"])
+    if N > 1:
+        for st in ("zero1", "zero2", "zero3"):
+            traffic[st][("all_reduce", "other")] = (1, 8, 2 * 8 * (N - 1) // N)  # the gradient norm's square
+    return psi, P, mem, traffic
+
+
+def read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def check_run(exe, np_, mpiexec, preflags, out):
+    cmd = ([mpiexec, "-n", str(np_)] + preflags if np_ > 1 else []) + [exe, "--out", out] + FLAGS
+    env = dict(os.environ, OMP_NUM_THREADS="1", ZDL_COLLECTIVE_TIMEOUT_S="60")
+    res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=300)
+    print(res.stdout)
+    expect(res.returncode == 0, f"N={np_}: exit code {res.returncode}")
+    expect("all checks passed" in res.stdout, f"N={np_}: the example did not report 'all checks passed'")
+    N = np_
+    psi, P, mem, traffic = closed_forms(N)
+    if N == 2:
+        expect(P > psi, f"N=2 with C={C} should pad (P={P}, Psi={psi})")
+
+    # Memory: the CSV and the printed table equal the closed forms, byte for byte.
+    rows = read(os.path.join(out, f"memory_n{N}.csv"))
+    expect(len(rows) == 4 * 6, f"memory CSV has {len(rows)} rows")
+    printed = {}
+    stage = None
+    titles = {"DDP": "ddp", "ZeRO-1": "zero1", "ZeRO-2": "zero2", "ZeRO-3": "zero3"}
+    for line in res.stdout.splitlines():
+        f = line.split()
+        if len(f) >= 3 and f[0] in titles and f[1] in ("param", "grad", "optim", "activation", "comm"):
+            stage = titles[f[0]]
+            printed[(stage, f[1])] = int(f[2].replace(",", ""))
+        elif len(f) >= 2 and f[0] == "total" and stage:
+            printed[(stage, "total")] = int(f[1].replace(",", ""))
+    for r in rows:
+        key = (r["stage"], r["category"])
+        expect(int(r["psi"]) == psi and int(r["padded"]) == P, f"{key}: Psi/P {r['psi']}/{r['padded']} != {psi}/{P}")
+        expect(int(r["after"]) == mem[key], f"N={N} {key}: measured {r['after']} bytes, closed form {mem[key]}")
+        expect(printed.get(key) == mem[key], f"N={N} {key}: printed {printed.get(key)}, closed form {mem[key]}")
+        if r["category"] in ("param", "grad", "optim"):
+            expect(int(r["peak"]) >= mem[key], f"N={N} {key}: peak below what stays")
+    # ZeRO-3's gathered parameters at the peak: the root and both blocks (prefetch 1, L = 2).
+    z3 = {r["category"]: r for r in rows if r["stage"] == "zero3"}
+    expect(int(z3["param"]["peak"]) == 4 * (P // N + pad(V * C + T * C + 2 * C, N) + L * pad(12 * C * C + 13 * C, N)),
+           f"N={N}: ZeRO-3 parameter peak {z3['param']['peak']}")
+
+    # Traffic: every (collective, phase) of a step, exactly.
+    trows = read(os.path.join(out, f"traffic_n{N}.csv"))
+    for st in STAGES:
+        got = {(r["collective"], r["phase"]): (int(r["calls"]), int(r["payload"]), int(r["wire"]))
+               for r in trows if r["stage"] == st}
+        expect(got == traffic[st], f"N={N} {st}: traffic {got} != closed form {traffic[st]}")
+
+    # Losses: all stages (and ZeRO-3 without prefetch) follow DDP's.
+    srows = read(os.path.join(out, f"steps_n{N}.csv"))
+    ddp = {r["step"]: float(r["loss"]) for r in srows if r["stage"] == "ddp"}
+    expect(len(ddp) == 2, f"N={N}: {len(ddp)} DDP steps")
+    for r in srows:
+        expect(abs(float(r["loss"]) - ddp[r["step"]]) <= 1e-5 * abs(ddp[r["step"]]),
+               f"N={N} {r['stage']} step {r['step']}: loss {r['loss']} vs DDP {ddp[r['step']]}")
+
+    # The trace: ZeRO-3 frees every gathered unit, so it ends where it began.
+    tr = [r for r in read(os.path.join(out, f"trace_n{N}.csv")) if r["stage"] == "zero3" and r["prefetch"] == "1"]
+    expect(tr and tr[0]["param"] == tr[-1]["param"] == str(4 * P // N), f"N={N}: ZeRO-3 trace does not return to P/N")
+    expect(sum(r["event"] == "gather_issue" for r in tr) == 2 * (L + 1), f"N={N}: ZeRO-3 gathers per step")
+
+    # The memory cap: per stage, L* trained under the cap and L*+1 ran out of memory.
+    frows = read(os.path.join(out, f"fit_n{N}.csv"))
+    for st in STAGES:
+        rs = [r for r in frows if r["stage"] == st]
+        trained = [int(r["n_layer"]) for r in rs if r["how"] == "trained under cap"]
+        oom = [int(r["n_layer"]) for r in rs if r["how"] == "out of memory under cap"]
+        expect(trained and (max(trained) + 1) in oom, f"N={N} {st}: cap search trained {trained}, oom {oom}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--exe", required=True)
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--mpiexec", default="mpiexec")
+    ap.add_argument("--preflags", default="", help="launcher flags before the program, ';'-separated (CMake list)")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as out:
+        check_run(a.exe, a.np, a.mpiexec, [f for f in a.preflags.split(";") if f], out)
+        if a.np == 1:
+            res = subprocess.run([a.exe, "--device", "cuda", "--out", out], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, timeout=60)
+            expect(res.returncode == 2 and "CUDA backend is not available" in res.stdout,
+                   f"--device cuda: exit {res.returncode}, output {res.stdout!r}")
+    for f in failures:
+        print("FAILED:", f)
+    print(f"zero_walkthrough_test: {len(failures)} failure(s)")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
