@@ -12,6 +12,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <string_view>
 
 #include "core/check.h"
@@ -320,6 +321,14 @@ void write_default_corpus(const std::string& path) {
     ::unlink(tmp.c_str());
     ZDL_CHECK(false, "write_default_corpus: cannot rename '", tmp, "' to '", path, "': ", std::strerror(err));
   }
+}
+
+std::string default_corpus_file() {
+  auto path = std::filesystem::temp_directory_path() / "zerodl-default-corpus.txt";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) || std::filesystem::file_size(path, ec) != default_corpus().size())
+    write_default_corpus(path.string());
+  return path.string();
 }
 
 }  // namespace zdl::data

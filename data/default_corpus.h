@@ -34,4 +34,9 @@ std::string default_corpus();
 // Throws zdl::Error naming the path and the errno text on failure.
 void write_default_corpus(const std::string& path);
 
+// The corpus as a file in the system's temporary folder (zerodl-default-corpus.txt), written
+// on first use (or when the file there is not the corpus); returns its path. Every rank may
+// call it: the write is atomic.
+std::string default_corpus_file();
+
 }  // namespace zdl::data

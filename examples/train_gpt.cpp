@@ -9,7 +9,6 @@
 //   train_gpt --init-from gpt2.safetensors --eval-only --data val.txt
 //
 // Exit codes: 0 done, 2 bad input (flags, files, configs), 1 failure during training.
-#include <omp.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -31,6 +30,7 @@
 #include "dist/sharded_checkpoint.h"
 #include "dist/zero.h"
 #include "dist/zero_optimizer.h"
+#include "examples/program_main.h"
 #include "io/gpt2_format.h"
 #include "nn/gpt.h"
 #include "nn/sampling.h"
@@ -81,19 +81,7 @@ struct Args {
   double collective_timeout = 0;
 };
 
-// A bad-input error: printed as is, exit code 2.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-std::string default_corpus_path() {
-  auto path = std::filesystem::temp_directory_path() / "zerodl-default-corpus.txt";
-  std::string text = data::default_corpus();
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec) || std::filesystem::file_size(path, ec) != text.size())
-    data::write_default_corpus(path.string());
-  return path.string();
-}
+using examples::UsageError;
 
 // Writes one JSON object per line; flushed so a crashed run keeps its log.
 class MetricsLog {
@@ -302,7 +290,7 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   if (dtype != DType::F32 && dtype != DType::BF16) throw UsageError("--dtype must be f32 or bf16, got " + a.dtype);
 
   // Every rank makes the default corpus itself (atomic write): no shared file system needed.
-  std::string data_path = a.data.empty() ? default_corpus_path() : a.data;
+  std::string data_path = a.data.empty() ? data::default_corpus_file() : a.data;
   if (!std::filesystem::exists(data_path)) throw UsageError("--data: no file '" + data_path + "'");
   std::unique_ptr<data::TokenDataset> ds;
   try {
@@ -508,37 +496,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--log-every", a.log_every, "log a line every N steps when not on a terminal (default: 20 lines)")
       ->check(CLI::NonNegativeNumber);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "train_gpt: %s (see --help)\n", e.what());
-    return 2;
-  }
-  std::shared_ptr<dist::Communicator> comm;
-  try {
-    comm = dist::init();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_gpt: cannot start the process group: %s\n", e.what());
-    return 1;
-  }
-  if (a.collective_timeout > 0)
-    comm->set_timeout(std::chrono::milliseconds(static_cast<int64_t>(a.collective_timeout * 1000)));
-  // Ranks on one machine share its cores: unless told otherwise, give each rank its share.
-  if (comm->size() > 1 && !std::getenv("OMP_NUM_THREADS"))
-    omp_set_num_threads(std::max(1, omp_get_num_procs() / comm->size()));
-  int rc;
-  try {
-    rc = run(a, app, *comm);
-  } catch (const UsageError& e) {
-    if (comm->rank() == 0) std::fprintf(stderr, "train_gpt: %s\n", e.what());
-    rc = 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "\ntrain_gpt: error: %s\n", e.what());
-    // Other ranks may be blocked in a collective this rank will never join: end the job.
-    if (comm->size() > 1) dist::abort_job(1);
-    rc = 1;
-  }
-  return rc;
+  return examples::run_program("train_gpt", app, argc, argv, [&](dist::Communicator& comm) {
+    if (a.collective_timeout > 0)
+      comm.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(a.collective_timeout * 1000)));
+    return run(a, app, comm);
+  });
 }

@@ -49,6 +49,7 @@
 #include "dist/communicator.h"
 #include "dist/zero.h"
 #include "dist/zero_optimizer.h"
+#include "examples/program_main.h"
 #include "nn/gpt.h"
 
 using namespace zdl;
@@ -78,9 +79,7 @@ struct Args {
   std::string out = "walkthrough_out";
 };
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using examples::UsageError;
 
 const ZeroStage kStages[] = {ZeroStage::DDP, ZeroStage::One, ZeroStage::Two, ZeroStage::Three};
 
@@ -256,15 +255,6 @@ const char* stage_title(ZeroStage st) {
     case ZeroStage::Three: return "ZeRO-3";
   }
   return "?";
-}
-
-std::string default_corpus_path() {
-  auto path = std::filesystem::temp_directory_path() / "zerodl-default-corpus.txt";
-  std::string text = data::default_corpus();
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec) || std::filesystem::file_size(path, ec) != text.size())
-    data::write_default_corpus(path.string());
-  return path.string();
 }
 
 double median(std::vector<double> v) {
@@ -504,7 +494,7 @@ int run(const Args& a, dist::Communicator& comm) {
   if (lead) std::filesystem::create_directories(a.out);
   const std::string sfx = detail::str("_n", N, ".csv");
   auto path = [&](const char* name) { return (std::filesystem::path(a.out) / (std::string(name) + sfx)).string(); };
-  std::string data_path = default_corpus_path();
+  std::string data_path = data::default_corpus_file();
   Walkthrough w(a, comm, dtype, data_path);
   std::vector<std::string> failures;
   auto fail = [&](const std::string& m) { failures.push_back(m); };
@@ -811,34 +801,6 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--loss-tol", a.loss_tol, "relative loss agreement required (default 1e-5 f32, 1e-2 bf16)");
   app.add_option("--out", a.out, "directory for the CSVs (default walkthrough_out)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "zero_walkthrough: %s (see --help)\n", e.what());
-    return 2;
-  }
-  std::shared_ptr<dist::Communicator> comm;
-  try {
-    comm = dist::init();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "zero_walkthrough: cannot start the process group: %s\n", e.what());
-    return 1;
-  }
-  // Ranks on one machine share its cores: unless told otherwise, give each rank its share.
-  if (comm->size() > 1 && !std::getenv("OMP_NUM_THREADS"))
-    omp_set_num_threads(std::max(1, omp_get_num_procs() / comm->size()));
-  int rc;
-  try {
-    rc = run(a, *comm);
-  } catch (const UsageError& e) {
-    if (comm->rank() == 0) std::fprintf(stderr, "zero_walkthrough: %s\n", e.what());
-    rc = 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "\nzero_walkthrough: error: %s\n", e.what());
-    if (comm->size() > 1) dist::abort_job(1);
-    rc = 1;
-  }
-  return rc;
+  return examples::run_program("zero_walkthrough", app, argc, argv,
+                               [&](dist::Communicator& comm) { return run(a, comm); });
 }
