@@ -19,6 +19,7 @@
 #include "autograd/grad_mode.h"
 #include "dist/sharded_checkpoint.h"
 #include "io/gpt2_format.h"
+#include "temp_dir.h"
 #include "zero_cases.h"
 
 namespace zdl::dist::testing {
@@ -54,15 +55,8 @@ class SharedDir {
   std::string path_;
 };
 
-inline std::string read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-inline void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using ::zdl::testing::read_bytes;
+using ::zdl::testing::write_bytes;
 
 // Runs `edit` on rank 0 only, between barriers.
 template <class F>

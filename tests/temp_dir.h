@@ -1,24 +1,24 @@
-// A fresh directory under the system temp dir for one test, removed with everything in it
-// when the test ends. io/ tests never write anywhere else.
+// A fresh directory under the system temp dir for one test, removed with everything in it when
+// the test ends (tests never write elsewhere), and small file helpers for the tests that use it.
 #pragma once
-#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/check.h"
 
-namespace zdl::io::testing {
+namespace zdl::testing {
 
 class TempDir {
  public:
   TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "zdl_io_test_XXXXXX").string();
+    std::string tmpl = (std::filesystem::temp_directory_path() / "zdl_test_XXXXXX").string();
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
     char* made = ::mkdtemp(buf.data());
@@ -34,6 +34,13 @@ class TempDir {
 
   const std::string& path() const { return path_; }
   std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+  std::string file(const std::string& name) const { return *this / name; }
+  // Writes `bytes` to a file in the directory and returns its path.
+  std::string write(const std::string& name, const std::string& bytes) const {
+    const std::string p = file(name);
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  }
 
  private:
   std::string path_;
@@ -59,4 +66,4 @@ inline std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-}  // namespace zdl::io::testing
+}  // namespace zdl::testing
