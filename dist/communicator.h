@@ -85,9 +85,11 @@ class Communicator {
   // Host-side metadata exchange (not counted in the ledger): every rank's value, in rank order.
   // Used for divergence checks and small agreements (e.g. "did any rank see a NaN").
   virtual std::vector<int64_t> all_gather_i64(int64_t value) = 0;
-  // Sum of one double over ranks (gradient-norm squares, losses); not counted as model traffic
-  // but recorded under CollectiveKind::AllReduce / current phase with its 8 bytes.
-  virtual double all_reduce_sum(double value) = 0;
+  // Element-wise sums of a few doubles over ranks (gradient-norm squares, losses, per-unit
+  // flags); not model traffic, but recorded under CollectiveKind::AllReduce / current phase
+  // with 8 bytes per value. Every rank passes the same count.
+  virtual std::vector<double> all_reduce_sums(std::vector<double> values) = 0;
+  double all_reduce_sum(double value) { return all_reduce_sums({value})[0]; }
 
   void all_reduce(const Tensor& t) { all_reduce_async(t)->wait(); }
   void reduce_scatter(const Tensor& input, const Tensor& output) { reduce_scatter_async(input, output)->wait(); }

@@ -52,9 +52,9 @@ std::shared_ptr<Work> LocalCommunicator::broadcast_async(const Tensor& t, int ro
   return std::make_shared<CompletedWork>();
 }
 
-double LocalCommunicator::all_reduce_sum(double value) {
-  record_collective(CollectiveKind::AllReduce, static_cast<int64_t>(sizeof(double)), 1);
-  return value;
+std::vector<double> LocalCommunicator::all_reduce_sums(std::vector<double> values) {
+  record_collective(CollectiveKind::AllReduce, static_cast<int64_t>(values.size() * sizeof(double)), 1);
+  return values;
 }
 
 }  // namespace zdl::dist

@@ -27,7 +27,7 @@ class LocalCommunicator final : public Communicator {
   std::shared_ptr<Work> broadcast_async(const Tensor& t, int root) override;
   void barrier() override {}
   std::vector<int64_t> all_gather_i64(int64_t value) override { return {value}; }
-  double all_reduce_sum(double value) override;
+  std::vector<double> all_reduce_sums(std::vector<double> values) override;
 };
 
 }  // namespace zdl::dist

@@ -420,15 +420,17 @@ std::vector<int64_t> MpiCommunicator::all_gather_i64(int64_t value) {
   return *out;
 }
 
-double MpiCommunicator::all_reduce_sum(double value) {
-  auto v = std::make_shared<double>(value);
-  auto work = std::make_shared<AsyncWork>(prefix(), "all_reduce_sum", static_cast<int64_t>(sizeof(double)),
-                                          current_comm_phase(), timeout());
-  record_collective(CollectiveKind::AllReduce, static_cast<int64_t>(sizeof(double)), size());
+std::vector<double> MpiCommunicator::all_reduce_sums(std::vector<double> values) {
+  const int64_t bytes = static_cast<int64_t>(values.size() * sizeof(double));
+  const int count = checked_count(*this, "all_reduce_sums", static_cast<int64_t>(values.size()));
+  // Shared with the comm thread: a watchdog timeout may leave the operation behind.
+  auto v = std::make_shared<std::vector<double>>(std::move(values));
+  auto work = std::make_shared<AsyncWork>(prefix(), "all_reduce_sums", bytes, current_comm_phase(), timeout());
+  record_collective(CollectiveKind::AllReduce, bytes, size());
   MPI_Comm comm = state_->comm;
-  state_->submit(work, [=] { ZDL_MPI_RUN(MPI_Iallreduce, MPI_IN_PLACE, v.get(), 1, MPI_DOUBLE, MPI_SUM, comm); });
+  state_->submit(work, [=] { ZDL_MPI_RUN(MPI_Iallreduce, MPI_IN_PLACE, v->data(), count, MPI_DOUBLE, MPI_SUM, comm); });
   work->wait();
-  return *v;
+  return std::move(*v);
 }
 
 void MpiCommunicator::broadcast_bytes(void* data, size_t bytes, int root) {

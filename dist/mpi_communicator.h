@@ -44,7 +44,7 @@ class MpiCommunicator final : public Communicator {
   std::shared_ptr<Work> broadcast_async(const Tensor& t, int root) override;
   void barrier() override;
   std::vector<int64_t> all_gather_i64(int64_t value) override;
-  double all_reduce_sum(double value) override;
+  std::vector<double> all_reduce_sums(std::vector<double> values) override;
 
   // Broadcasts raw host bytes from root, not recorded in the ledger (bootstrap: NCCL's unique id).
   void broadcast_bytes(void* data, size_t bytes, int root);

@@ -43,7 +43,9 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work> broadcast_async(const Tensor& t, int root) override;
   void barrier() override { host_->barrier(); }
   std::vector<int64_t> all_gather_i64(int64_t value) override { return host_->all_gather_i64(value); }
-  double all_reduce_sum(double value) override { return host_->all_reduce_sum(value); }
+  std::vector<double> all_reduce_sums(std::vector<double> values) override {
+    return host_->all_reduce_sums(std::move(values));
+  }
 
   struct State;  // NCCL communicator and stream, shared with pending Work
 

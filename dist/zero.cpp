@@ -43,7 +43,14 @@ ZeroStage stage_from_int(int s) {
 
 namespace {
 
-enum Event : int { kForwardGather = 1, kBackwardGather = 2, kGradReduce = 3, kPostStepGather = 4, kNormReduce = 5 };
+enum Event : int {
+  kForwardGather = 1,
+  kBackwardGather = 2,
+  kGradReduce = 3,
+  kPostStepGather = 4,
+  kNormReduce = 5,
+  kNonFiniteReduce = 6,
+};
 
 const char* event_name(int e) {
   switch (e) {
@@ -52,6 +59,7 @@ const char* event_name(int e) {
     case kGradReduce: return "the gradient reduction";
     case kPostStepGather: return "the post-step all-gather";
     case kNormReduce: return "the gradient-norm all-reduce";
+    case kNonFiniteReduce: return "the non-finite-gradient check";
   }
   return "an unknown collective";
 }
@@ -447,11 +455,14 @@ void ZeroPartitioner::reduce_grads(ParamUnit& u) {
 
 double ZeroPartitioner::clip_grad_norm(double max_norm) {
   double sq = 0.0;
-  for (auto& u : units_) {
-    const Tensor& g = u->grad_shard;  // contiguous; padding elements are zero
-    if (g.dtype() == DType::F64) sq += kernels::cpu::sum_squares<double>(g.numel(), g.data<double>());
-    else if (g.dtype() == DType::BF16) sq += kernels::cpu::sum_squares<BFloat16>(g.numel(), g.data<BFloat16>());
-    else sq += kernels::cpu::sum_squares<float>(g.numel(), g.data<float>());
+  unit_grad_sq_.assign(units_.size(), 0.0);
+  for (size_t i = 0; i < units_.size(); ++i) {
+    const Tensor& g = units_[i]->grad_shard;  // contiguous; padding elements are zero
+    double& s = unit_grad_sq_[i];
+    if (g.dtype() == DType::F64) s = kernels::cpu::sum_squares<double>(g.numel(), g.data<double>());
+    else if (g.dtype() == DType::BF16) s = kernels::cpu::sum_squares<BFloat16>(g.numel(), g.data<BFloat16>());
+    else s = kernels::cpu::sum_squares<float>(g.numel(), g.data<float>());
+    sq += s;
   }
   if (options_.stage != ZeroStage::DDP && comm_->size() > 1) {
     agree(kNormReduce, nullptr);
@@ -460,6 +471,22 @@ double ZeroPartitioner::clip_grad_norm(double max_norm) {
   last_grad_norm_ = std::sqrt(sq);
   if (max_norm <= 0.0 || !(last_grad_norm_ > max_norm)) return 1.0;
   return max_norm / (last_grad_norm_ + 1e-6);
+}
+
+std::vector<ZeroPartitioner::NonFiniteUnit> ZeroPartitioner::nonfinite_grad_units() {
+  ZDL_CHECK(unit_grad_sq_.size() == units_.size(), comm_->prefix(),
+            " nonfinite_grad_units: call clip_grad_norm first (it measures the gradients)");
+  std::vector<double> bad(units_.size());
+  for (size_t i = 0; i < units_.size(); ++i) bad[i] = std::isfinite(unit_grad_sq_[i]) ? 0.0 : 1.0;
+  const bool replicated = options_.stage == ZeroStage::DDP || comm_->size() == 1;
+  if (!replicated) {
+    agree(kNonFiniteReduce, nullptr);
+    bad = comm_->all_reduce_sums(std::move(bad));
+  }
+  std::vector<NonFiniteUnit> out;
+  for (size_t i = 0; i < units_.size(); ++i)
+    if (bad[i] > 0) out.push_back({units_[i]->name, replicated ? comm_->size() : static_cast<int>(bad[i])});
+  return out;
 }
 
 void ZeroPartitioner::after_optimizer_step() {

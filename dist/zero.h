@@ -71,8 +71,20 @@ class ZeroPartitioner {
   // Global gradient norm over the reduced gradients (one all-reduce of the shards' sum of
   // squares for stages 1-3); returns the factor to pass to the optimizer step so the norm
   // is at most max_norm (1 when max_norm <= 0 or already below). The norm: last_grad_norm().
+  // A NaN or Inf anywhere in the gradients makes the norm non-finite on every rank (the same
+  // all-reduce detects it: no extra collective on healthy steps).
   double clip_grad_norm(double max_norm);
   double last_grad_norm() const { return last_grad_norm_; }
+
+  // After clip_grad_norm found a non-finite norm: the units whose gradients hold a NaN or Inf,
+  // with the number of ranks whose shard of that unit does. Stages 1-3 with N > 1: one
+  // all-reduce of a flag per unit, so every rank calls it (they all saw the same norm); stage 0:
+  // local, the gradients being the same on every rank.
+  struct NonFiniteUnit {
+    std::string name;
+    int ranks = 0;
+  };
+  std::vector<NonFiniteUnit> nonfinite_grad_units();
 
   // Zeroes the reduced gradients (after the optimizer step).
   void zero_grad();
@@ -128,6 +140,7 @@ class ZeroPartitioner {
   int64_t step_ = 0;
   int64_t check_seq_ = 0;
   double last_grad_norm_ = 0.0;
+  std::vector<double> unit_grad_sq_;  // this rank's sum of squares per unit, from clip_grad_norm
   std::function<void(const TraceEvent&)> trace_;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };

@@ -154,6 +154,29 @@ inline void expect_zero3_shards_match_full_init(Communicator& comm) {
 
 namespace zdl::dist::testing {
 
+// A NaN in one parameter's gradient on the last rank, before any reduction, is seen by every
+// rank (through the gradient-norm all-reduce), blamed on its unit alone, and skipping that step
+// leaves no trace: the run ends where single-process training that skipped it ends.
+inline void expect_nonfinite_step_detected_and_skipped(Communicator& comm, ZeroStage stage, double tol) {
+  RunConfig c{.stage = stage, .poison_step = 1};
+  RunResult ref = run_reference(c);
+  RunResult got = run_zero(comm, c);
+  ASSERT_EQ(got.nonfinite.size(), static_cast<size_t>(c.steps));
+  for (int s = 0; s < c.steps; ++s) {
+    if (s != c.poison_step) {
+      EXPECT_TRUE(got.nonfinite[s].empty()) << comm.prefix() << " " << stage_name(stage) << " step " << s + 1;
+      continue;
+    }
+    ASSERT_EQ(got.nonfinite[s].size(), 1u) << comm.prefix() << " " << stage_name(stage);
+    EXPECT_EQ(got.nonfinite[s][0].name, "h.1") << comm.prefix() << " " << stage_name(stage);
+    // DDP: the all-reduce spreads the NaN to every rank's copy; ZeRO: it lands in the shard
+    // that holds that element (one rank).
+    EXPECT_EQ(got.nonfinite[s][0].ranks, stage == ZeroStage::DDP ? comm.size() : 1) << comm.prefix();
+  }
+  for (auto& [name, v] : ref.params)
+    EXPECT_LE(rel_l2(got.params[name], v), tol) << comm.prefix() << " " << stage_name(stage) << " " << name;
+}
+
 // bf16 compute (f32 masters and moments) follows the f32 trajectory to bf16 accuracy: the
 // losses of every step within 1%. Parameters drift further (Adam turns the bf16 rounding of
 // tiny gradients into full-size lr steps of either sign), so they are held only to 25%

@@ -29,7 +29,13 @@ struct RunConfig {
   int prefetch = 1;
   bool no_sync = false;
   uint64_t seed = 7;
+  // This step's gradient of one parameter of unit h.1 gets a NaN on the last rank, before any
+  // reduction (a leaf hook): the step must be detected and skipped (-1: none).
+  int poison_step = -1;
 };
+
+// The parameter whose gradient poison_step corrupts.
+constexpr const char* kPoisonedParam = "h.1.mlp.c_fc.weight";
 
 inline nn::GPTConfig tiny_gpt() {
   return nn::GPTConfig{.vocab_size = 23, .block_size = 8, .n_layer = 3, .n_head = 2, .n_embd = 10};
@@ -38,6 +44,8 @@ inline nn::GPTConfig tiny_gpt() {
 struct RunResult {
   std::vector<double> losses;                          // global mean loss per step
   std::map<std::string, std::vector<double>> params;   // final parameters, full
+  // Per step: the units ZeroPartitioner reported with non-finite gradients (run_zero only).
+  std::vector<std::vector<ZeroPartitioner::NonFiniteUnit>> nonfinite;
 };
 
 // Global batch of step s, micro-batch m: ids [B, T+1] from Philox, split into inputs/targets.
@@ -74,6 +82,10 @@ inline RunResult run_reference(const RunConfig& c) {
       mul(loss, 1.0 / c.grad_accum).backward();
     }
     r.losses.push_back(loss_sum / c.grad_accum);
+    if (s == c.poison_step) {  // the skipped step: no update, no optimizer state change
+      opt.zero_grad();
+      continue;
+    }
     double norm = optim::grad_norm(model->parameters());
     opt.step(optim::clip_scale(norm, c.clip));
     opt.zero_grad();
@@ -102,7 +114,19 @@ inline RunResult run_zero(Communicator& comm, const RunConfig& c, const Probe& p
   if (probe.after_wrap) probe.after_wrap(zero);
   ZeroAdamW opt(zero, adam_opts(), 0.1);
   const int N = comm.size(), rank = comm.rank();
-  for (int s = 0; s < c.steps; ++s) {
+  int step = 0;
+  if (c.poison_step >= 0 && rank == N - 1) {
+    for (auto& [n, p] : model->named_parameters())
+      if (n == kPoisonedParam)
+        p.register_hook([&step, &c](const Tensor& g) {
+          if (step != c.poison_step) return g;
+          Tensor bad = g.contiguous_copy();
+          if (bad.dtype() == DType::F64) bad.data<double>()[0] = std::nan("");
+          else bad.data<float>()[0] = std::nanf("");
+          return bad;
+        });
+  }
+  for (int s = 0; s < c.steps; ++s, ++step) {
     double loss_sum = 0;
     for (int m = 0; m < c.grad_accum; ++m) {
       auto [x, y] = global_batch(c, model->config.vocab_size, s, m);
@@ -112,7 +136,10 @@ inline RunResult run_zero(Communicator& comm, const RunConfig& c, const Probe& p
       mul(loss, 1.0 / c.grad_accum).backward();
     }
     r.losses.push_back(comm.all_reduce_sum(loss_sum / c.grad_accum) / N);
-    opt.step(zero.clip_grad_norm(c.clip));
+    double scale = zero.clip_grad_norm(c.clip);
+    r.nonfinite.push_back(std::isfinite(zero.last_grad_norm()) ? std::vector<ZeroPartitioner::NonFiniteUnit>{}
+                                                                : zero.nonfinite_grad_units());
+    if (r.nonfinite.back().empty()) opt.step(scale);
     zero.zero_grad();
     if (probe.after_step) probe.after_step(zero, s);
   }

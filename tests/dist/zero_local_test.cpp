@@ -70,3 +70,11 @@ TEST(ZeroLocal, TraceShowsTheUnitLifecycleInOrder) {
 }
 
 }  // namespace zdl::dist::testing
+
+namespace zdl::dist::testing {
+
+TEST(ZeroLocal, NonFiniteGradientsAreNamedAndTheStepSkipped) {
+  for (ZeroStage s : kAllStages) expect_nonfinite_step_detected_and_skipped(local(), s, 0.0);
+}
+
+}  // namespace zdl::dist::testing

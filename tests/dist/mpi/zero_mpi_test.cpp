@@ -39,6 +39,10 @@ TEST(ZeroMpi, TrafficFollowsClosedForms) {
 
 TEST(ZeroMpi, Zero3ShardsMatchFullInit) { expect_zero3_shards_match_full_init(world()); }
 
+TEST(ZeroMpi, NonFiniteGradientsOnOneRankAreSeenByAllNamedAndSkipped) {
+  for (ZeroStage s : kAllStages) expect_nonfinite_step_detected_and_skipped(world(), s, kTol);
+}
+
 }  // namespace zdl::dist::testing
 
 namespace zdl::dist::testing {
