@@ -26,6 +26,12 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A failure every rank raises at the same point (e.g. a non-finite loss, known to all through
+// an all-reduce): printed once by rank 0, exit code 1, no job abort needed.
+struct CollectiveStop : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 inline int run_program(const char* name, CLI::App& app, int argc, char** argv,
                        const std::function<int(dist::Communicator&)>& run) {
   try {
@@ -51,6 +57,9 @@ inline int run_program(const char* name, CLI::App& app, int argc, char** argv,
   } catch (const UsageError& e) {
     if (comm->rank() == 0) std::fprintf(stderr, "%s: %s\n", name, e.what());
     return 2;
+  } catch (const CollectiveStop& e) {
+    if (comm->rank() == 0) std::fprintf(stderr, "\n%s: %s\n", name, e.what());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "\n%s: error: %s\n", name, e.what());
     if (comm->size() > 1) dist::abort_job(1);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -79,6 +80,9 @@ struct Args {
   int prefetch = 1;
   int64_t max_memory_per_rank = 0;
   double collective_timeout = 0;
+  std::string on_nan = "stop";
+  int64_t nan_skip_limit = 10;
+  std::string fault_nan_grad;  // test hook "STEP:PARAM" (hidden flag)
 };
 
 using examples::UsageError;
@@ -226,6 +230,45 @@ std::map<std::string, nn::Dropout*> dropout_modules(nn::Module& model) {
   for (auto& [name, m] : model.named_modules())
     if (auto* d = dynamic_cast<nn::Dropout*>(m.get())) out["dropout." + name] = d;
   return out;
+}
+
+// "step 7: loss nan, non-finite gradients in h.1 (on 1 of 2 ranks), <root> (on 2 of 2 ranks)".
+// Collective (see ZeroPartitioner::nonfinite_grad_units): every rank calls it.
+std::string nonfinite_report(dist::ZeroPartitioner& zero, double loss, int64_t step) {
+  std::string s = detail::str("step ", step + 1, ": loss ", loss, ", ");
+  auto units = zero.nonfinite_grad_units();
+  if (units.empty()) return s + "gradients finite";
+  s += "non-finite gradients in ";
+  for (size_t i = 0; i < units.size(); ++i)
+    s += detail::str(i ? ", " : "", units[i].name, " (on ", units[i].ranks, " of ", zero.comm().size(), " ranks)");
+  return s;
+}
+
+// Test hook for the NaN handling (hidden flag --fault-nan-grad STEP:PARAM): at that step (1-based)
+// the last rank's gradient of PARAM gets a NaN before any reduction, as a numeric blow-up would.
+void install_fault_nan_grad(const std::string& spec, nn::Module& model, dist::Communicator& comm,
+                            const int64_t* current_step) {
+  if (spec.empty()) return;
+  auto colon = spec.find(':');
+  int64_t at = 0;
+  try {
+    at = std::stoll(spec.substr(0, colon));
+  } catch (const std::exception&) {
+    colon = std::string::npos;
+  }
+  if (colon == std::string::npos) throw UsageError("--fault-nan-grad: expected STEP:PARAM, got '" + spec + "'");
+  std::string name = spec.substr(colon + 1);
+  auto params = model.named_parameters();
+  auto it = std::find_if(params.begin(), params.end(), [&](const auto& np) { return np.first == name; });
+  if (it == params.end()) throw UsageError("--fault-nan-grad: the model has no parameter '" + name + "'");
+  if (comm.rank() != comm.size() - 1) return;
+  it->second.register_hook([at, current_step](const Tensor& g) {
+    if (*current_step + 1 != at) return g;
+    Tensor bad = g.contiguous_copy();
+    if (bad.dtype() == DType::BF16) bad.data<BFloat16>()[0] = BFloat16(std::nanf(""));
+    else bad.data<float>()[0] = std::nanf("");
+    return bad;
+  });
 }
 
 int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
@@ -384,8 +427,12 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
 
   // ---- training (errors here are failures: exit 1) ----
   Progress progress(a.steps, a.log_every, !lead);
+  int64_t nan_streak = 0;  // non-finite steps in a row
+  int64_t current_step = first_step;
+  install_fault_nan_grad(a.fault_nan_grad, *model, comm, &current_step);
   model->train();
   for (int64_t step = first_step; step < a.steps; ++step) {
+    current_step = step;
     auto t0 = std::chrono::steady_clock::now();
     memory_ledger().reset_peaks(Device::cpu());
     dist::comm_ledger().reset();
@@ -399,15 +446,28 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     }
     double scale = zero.clip_grad_norm(a.grad_clip);
     double loss = comm.all_reduce_sum(loss_sum) / static_cast<double>(a.grad_accum * comm.size());
-    if (!std::isfinite(loss)) throw Error(detail::str("loss is ", loss, " at step ", step + 1, "; stopping"));
     opt.set_lr(sched.lr(step));
-    opt.step(scale);
+    // Every rank sees the same reduced norm and loss, so all take the same branch.
+    const bool healthy = std::isfinite(loss) && std::isfinite(zero.last_grad_norm());
+    if (healthy) {
+      opt.step(scale);
+      nan_streak = 0;
+    } else {
+      std::string what = nonfinite_report(zero, loss, step);
+      if (a.on_nan == "stop")
+        throw examples::CollectiveStop(what + "; stopping (--on-nan stop; checkpoints already written are intact)");
+      if (++nan_streak >= a.nan_skip_limit)
+        throw examples::CollectiveStop(detail::str(what, "; ", nan_streak, " steps in a row were non-finite (--nan-skip-limit ",
+                                                   a.nan_skip_limit, "); stopping"));
+      progress.message(what + "; step skipped (--on-nan skip)");
+    }
     zero.zero_grad();
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     double tok_s = static_cast<double>(a.batch * a.seq * a.grad_accum) / (ms / 1000.0);
     progress.step(step, first_step, loss, opt.lr(), tok_s);
     metrics.write({{"step", step + 1},
                    {"loss", loss},
+                   {"skipped", !healthy},
                    {"lr", opt.lr()},
                    {"grad_norm", zero.last_grad_norm()},
                    {"tokens_per_s", tok_s},
@@ -494,6 +554,13 @@ int main(int argc, char** argv) {
   app.add_option("--collective-timeout", a.collective_timeout,
                  "seconds a collective may take before the watchdog fails the run (default 300)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--on-nan", a.on_nan,
+                 "a non-finite loss or gradient (any rank): stop the run (exit 1), or skip the step")
+      ->check(CLI::IsMember({"stop", "skip"}));
+  app.add_option("--nan-skip-limit", a.nan_skip_limit, "with --on-nan skip: stop after this many non-finite steps in a row")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--fault-nan-grad", a.fault_nan_grad, "test hook: STEP:PARAM gets a NaN gradient on the last rank")
+      ->group("");  // hidden
   app.add_option("--log-every", a.log_every, "log a line every N steps when not on a terminal (default: 20 lines)")
       ->check(CLI::NonNegativeNumber);
   return examples::run_program("train_gpt", app, argc, argv, [&](dist::Communicator& comm) {

@@ -116,6 +116,51 @@ class TrainGptCli(unittest.TestCase):
             self.assertIn(needle, p.stderr, f"{args}: {p.stderr}")
             self.assertLessEqual(len(p.stderr.strip().splitlines()), 2, p.stderr)
 
+    def nan_run(self, *extra, ranks=0):
+        return run("--data", self.data, *SMALL, "--steps", "5", "--fault-nan-grad", "3:h.1.mlp.c_fc.weight",
+                   "--metrics", self.p("nan.jsonl"), *extra, check=False, ranks=ranks)
+
+    def test_nan_stops_the_run_naming_the_unit(self):
+        p = self.nan_run()
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("step 3", p.stderr)
+        self.assertIn("non-finite gradients in h.1 (on 1 of 1 ranks)", p.stderr)
+        self.assertIn("--on-nan stop", p.stderr)
+        self.assertEqual(sorted(losses(self.p("nan.jsonl"))), [1, 2])
+
+    def test_nan_step_is_skipped_and_training_goes_on(self):
+        run("--data", self.data, *SMALL, "--steps", "5", "--metrics", self.p("straight.jsonl"))
+        p = self.nan_run("--on-nan", "skip")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("step 3: loss", p.stdout)
+        self.assertIn("h.1 (on 1 of 1 ranks); step skipped", p.stdout)
+        rows = {j["step"]: j for j in map(json.loads, open(self.p("nan.jsonl"))) if "loss" in j}
+        straight = losses(self.p("straight.jsonl"))
+        self.assertEqual([s for s in rows if rows[s]["skipped"]], [3])
+        self.assertIsNone(rows[3]["grad_norm"])  # NaN, written as null
+        for s in (1, 2, 3):  # the poisoned step still computed its forward like the clean run
+            self.assertEqual(rows[s]["loss"], straight[s])
+        self.assertNotEqual(rows[5]["loss"], straight[5])  # one update fewer
+
+    def test_nan_skip_limit_stops_the_run(self):
+        p = self.nan_run("--on-nan", "skip", "--nan-skip-limit", "1")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("1 steps in a row", p.stderr)
+
+    @unittest.skipIf(MPIRUN is None, "no mpirun")
+    def test_nan_on_one_rank_is_seen_by_every_rank(self):
+        # ZeRO-3 on 2 ranks: the NaN enters the last rank's gradient before the reduce-scatter;
+        # both ranks skip the step together (else the run would hang or diverge).
+        p = self.nan_run("--on-nan", "skip", "--zero-stage", "3", "--metrics-all-ranks", ranks=2)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("h.1 (on 1 of 2 ranks); step skipped", p.stdout)
+        for m in ("nan.jsonl", "nan.rank1.jsonl"):
+            rows = [j for j in map(json.loads, open(self.p(m))) if "loss" in j]
+            self.assertEqual([j["step"] for j in rows if j["skipped"]], [3], m)
+        p = self.nan_run("--zero-stage", "2", ranks=2)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.stderr.count("non-finite gradients in h.1"), 1, p.stderr)  # printed once
+
     def test_resume_rejects_changed_data(self):
         run("--data", self.data, *SMALL, "--steps", "2", "--save", self.p("ck"))
         with open(self.data, "a") as f:
