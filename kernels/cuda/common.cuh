@@ -1,0 +1,87 @@
+// Shared pieces of the CUDA kernels (only included by .cu files):
+//  - the stream every kernel runs on (the compute stream; collectives use their own),
+//  - grid sizing for grid-stride loops,
+//  - f32 loads/stores of f32 and bf16 elements (all arithmetic is f32, as in the CPU twins'
+//    bf16 path),
+//  - warp and block sums/maxima,
+//  - a dtype switch from the type-erased entry points (DType + void*) to typed launchers.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "core/dtype.h"
+
+namespace zdl::kernels::cuda {
+
+// The compute stream (per host thread, the one the allocator orders frees on).
+inline cudaStream_t compute_stream() { return cudaStreamPerThread; }
+
+constexpr int kBlock = 256;
+
+// Blocks for a grid-stride loop over n elements (capped: the loop covers the rest).
+inline unsigned grid_for(int64_t n, int block = kBlock) {
+  int64_t blocks = (n + block - 1) / block;
+  if (blocks < 1) blocks = 1;
+  return static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
+}
+
+#define ZDL_GRID_STRIDE(i, n)                                                                 \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T>
+__device__ __forceinline__ T from_f(float x);
+template <>
+__device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+// `scratch`: __shared__ float[32]. Fixed order: deterministic.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : 0.0f;
+  return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+}  // namespace zdl::kernels::cuda
+
+// Calls `body` with a value of the element type (float or __nv_bfloat16) for `dtype`; other
+// dtypes throw naming the kernel.
+#define ZDL_CUDA_DISPATCH_FLOAT(dtype, what, body)                                                     \
+  do {                                                                                                 \
+    switch (dtype) {                                                                                   \
+      case ::zdl::DType::F32: body(float{}); break;                                                    \
+      case ::zdl::DType::BF16: body(__nv_bfloat16{}); break;                                           \
+      default:                                                                                         \
+        ZDL_CHECK(false, what, ": dtype ", ::zdl::dtype_name(dtype), " is not supported on CUDA (f32, bf16)"); \
+    }                                                                                                  \
+  } while (0)
