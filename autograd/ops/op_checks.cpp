@@ -24,6 +24,14 @@ void check_cpu(const char* op, const Tensor& t) {
             " yet (move the tensor to the CPU with .to(Device::cpu()))");
 }
 
+bool on_cuda(const char* op, const Tensor& t) {
+  if (!t.device().is_cuda()) return false;
+  ZDL_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16, op, ": dtype ", dtype_name(t.dtype()),
+            " has no CUDA kernel (f32, bf16), tensor of shape=", shape_str(t.shape()), " on ", t.device().str(),
+            "; cast it or compute on the CPU");
+  return true;
+}
+
 Shape broadcast_strides(const Tensor& t, const Shape& out_shape) {
   Shape st(out_shape.size(), 0);
   int64_t lead = static_cast<int64_t>(out_shape.size()) - t.dim();
