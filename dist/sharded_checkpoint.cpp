@@ -483,6 +483,10 @@ void consolidate_impl(const std::string& dir, const std::string& out_path) {
 
 // ---- save / load ----
 
+void save_files_and_swap(const std::string& dir, const std::string& saving, const std::string& old,
+                         const std::string& parent, const std::vector<std::string>& names, ZeroPartitioner& zero,
+                         const ZeroAdamW& opt, const io::TrainState& state);
+
 void save_impl(const std::string& dir, ZeroPartitioner& zero, const ZeroAdamW& opt, const io::TrainState& state) {
   Communicator& comm = zero.comm();
   const int N = comm.size(), rank = comm.rank();
@@ -500,6 +504,26 @@ void save_impl(const std::string& dir, ZeroPartitioner& zero, const ZeroAdamW& o
     fs::create_directory(saving);
   });
 
+  try {
+    save_files_and_swap(dir, saving, old, parent, names, zero, opt, state);
+  } catch (...) {
+    // A failed save (a full disk, a write error on any rank) leaves no debris: on_every_rank has
+    // agreed on the failure, so no rank still writes there, and rank 0 removes the staging
+    // directory. `dir` keeps the previous checkpoint (or, past the swap, the new one).
+    if (rank == 0) {
+      std::error_code ec;
+      fs::remove_all(saving, ec);
+    }
+    throw;
+  }
+}
+
+void save_files_and_swap(const std::string& dir, const std::string& saving, const std::string& old,
+                         const std::string& parent, const std::vector<std::string>& names, ZeroPartitioner& zero,
+                         const ZeroAdamW& opt, const io::TrainState& state) {
+  Communicator& comm = zero.comm();
+  const int N = comm.size(), rank = comm.rank();
+  const std::string what = "save_sharded('" + dir + "')";
   // 2. Every rank writes its blocks (views of its masters and moments, no copies).
   uint64_t bytes = 0, sum = 0;
   on_every_rank(comm, what, names, [&] {

@@ -22,7 +22,8 @@
 //   writes its file there (atomically), rank 0 writes layout.json and swaps the staging
 //   directory into place with one renameat2(RENAME_EXCHANGE). A crash at any point leaves
 //   <dir> holding the previous checkpoint or the new one, complete; stale staging is ignored
-//   by load and removed by the next save. All ranks must see the same file system.
+//   by load and removed by the next save (a save that fails with an error, e.g. a full disk,
+//   removes its own). All ranks must see the same file system.
 // - Integrity: load checks format_version (newer: rejected, saying so), every parameter name
 //   and shape against the wrapped model (all differences in one error), and the size and
 //   checksum of every rank file it reads, before it reads a value.

@@ -12,25 +12,93 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <regex>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "dist/communicator.h"
 
 namespace zdl::examples {
 
-// A bad-input error: printed as is (by rank 0), exit code 2.
+// A bad-input error: printed as is (by rank `printer`, 0 unless only another rank knows the
+// message, see agree_on_usage), exit code 2.
 struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit UsageError(const std::string& message, int printer = 0) : std::runtime_error(message), printer(printer) {}
+  int printer;
 };
+
+// Runs f on this rank and agrees with every rank on the outcome (one all_gather_i64, a
+// collective: every rank calls it at the same point). For checks whose result can differ
+// between ranks (a file only rank 0 opens, a path only rank 0 probes): a UsageError on any rank
+// becomes one on every rank, so no rank walks on into a collective the others never join; the
+// lowest failing rank prints its message.
+template <class F>
+void agree_on_usage(dist::Communicator& comm, F&& f) {
+  std::string message;
+  bool failed = false;
+  try {
+    f();
+  } catch (const UsageError& e) {
+    failed = true;
+    message = e.what();
+  }
+  if (comm.size() == 1) {
+    if (failed) throw UsageError(message);
+    return;
+  }
+  const std::vector<int64_t> all = comm.all_gather_i64(failed ? 1 : 0);
+  for (int r = 0; r < comm.size(); ++r)
+    if (all[static_cast<size_t>(r)] != 0) throw UsageError(r == comm.rank() ? message : std::string(), r);
+}
 
 // A failure every rank raises at the same point (e.g. a non-finite loss, known to all through
 // an all-reduce): printed once by rank 0, exit code 1, no job abort needed.
 struct CollectiveStop : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Numbers CLI11 (2.1) lets through although they are malformed: nan passes every range check
+// (each comparison is false), an integer too large for 64 bits is clamped to the largest one,
+// and "-1" wraps around in an unsigned option. Returns the complaint, or "" if all are fine.
+inline std::string malformed_number(const CLI::App& app) {
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() == 0 || opt->results().empty()) continue;
+    const std::string type = opt->get_type_name(), v = opt->results().back();
+    const bool is_float = type.find("FLOAT") != std::string::npos, is_int = type.find("INT") != std::string::npos;
+    if (!is_float && !is_int) continue;
+    const char* s = v.c_str();
+    char* end = nullptr;
+    errno = 0;
+    if (is_float) {
+      const double d = std::strtod(s, &end);
+      if (end != s && !std::isfinite(d)) return opt->get_name() + ": '" + v + "' is not a finite number";
+    } else if (type.rfind("UINT", 0) == 0 && v.find('-') != std::string::npos) {
+      return opt->get_name() + ": '" + v + "' is negative";
+    } else {
+      if (type.rfind("UINT", 0) == 0) std::strtoull(s, &end, 0);
+      else std::strtoll(s, &end, 0);
+      if (end != s && errno == ERANGE) return opt->get_name() + ": '" + v + "' does not fit in 64 bits";
+    }
+  }
+  return "";
+}
+
+// CLI11's range message for PositiveNumber / NonNegativeNumber prints DBL_MAX in full (309
+// digits): "Value 0 not in range 0.000000 to 17976931348...". Said briefly instead.
+inline std::string short_parse_message(std::string m) {
+  static const std::regex unbounded(R"(Value (\S+) not in range 0\.0+ to [0-9]{30,}(\.[0-9]+)?)");
+  std::smatch hit;
+  if (!std::regex_search(m, hit, unbounded)) return m;
+  const double v = std::strtod(hit[1].str().c_str(), nullptr);
+  const char* why = !std::isfinite(v) ? " is not a finite number" : v == 0.0 ? " must be positive" : " must not be negative";
+  return hit.prefix().str() + hit[1].str() + why + hit.suffix().str();
+}
 
 inline int run_program(const char* name, CLI::App& app, int argc, char** argv,
                        const std::function<int(dist::Communicator&)>& run) {
@@ -39,7 +107,11 @@ inline int run_program(const char* name, CLI::App& app, int argc, char** argv,
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "%s: %s (see --help)\n", name, e.what());
+    std::fprintf(stderr, "%s: %s (see --help)\n", name, short_parse_message(e.what()).c_str());
+    return 2;
+  }
+  if (std::string bad = malformed_number(app); !bad.empty()) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", name, bad.c_str());
     return 2;
   }
   std::shared_ptr<dist::Communicator> comm;
@@ -55,7 +127,7 @@ inline int run_program(const char* name, CLI::App& app, int argc, char** argv,
   try {
     return run(*comm);
   } catch (const UsageError& e) {
-    if (comm->rank() == 0) std::fprintf(stderr, "%s: %s\n", name, e.what());
+    if (comm->rank() == e.printer) std::fprintf(stderr, "%s: %s\n", name, e.what());
     return 2;
   } catch (const CollectiveStop& e) {
     if (comm->rank() == 0) std::fprintf(stderr, "\n%s: %s\n", name, e.what());

@@ -13,9 +13,12 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <fstream>
@@ -32,6 +35,7 @@
 #include "dist/zero.h"
 #include "dist/zero_optimizer.h"
 #include "examples/program_main.h"
+#include "io/checkpoint_dir.h"
 #include "io/gpt2_format.h"
 #include "nn/gpt.h"
 #include "nn/sampling.h"
@@ -271,6 +275,64 @@ void install_fault_nan_grad(const std::string& spec, nn::Module& model, dist::Co
   });
 }
 
+// A model whose states alone cannot fit in this machine's memory cannot work: said at startup,
+// not by a failed allocation (or the OOM killer) part way through building it. The bound is the
+// least any ZeRO stage needs on one rank: 16 bytes per parameter (value, gradient, two Adam
+// moments) over N ranks, plus one micro-batch's logits and their gradient.
+void check_model_fits_in_memory(const nn::GPTConfig& c, const Args& a, int world) {
+  const double C = static_cast<double>(c.n_embd), L = static_cast<double>(c.n_layer);
+  const double V = static_cast<double>(c.padded_vocab());
+  const double params = V * C + static_cast<double>(c.block_size) * C + L * (12 * C * C + 13 * C) + 2 * C;
+  const double logits = static_cast<double>(std::max<int64_t>(1, a.batch / world)) * static_cast<double>(a.seq) * V * 8;
+  const double need = 16 * params / world + logits;
+  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+  if (have > 0 && need > have)
+    throw UsageError(detail::str("the model (n_layer ", c.n_layer, ", n_embd ", c.n_embd, ", context ", c.block_size, ": ",
+                                 params, " parameters) with --batch ", a.batch, " x --seq ", a.seq, " needs at least ",
+                                 need / GiB, " GiB per rank (states ", 16 * params / world / GiB, " GiB over ", world,
+                                 " rank(s), logits ", logits / GiB, " GiB), more than this machine's ", have / GiB,
+                                 " GiB; choose a smaller model or batch, or more ranks"));
+}
+
+// --resume on a data file of another size, said plainly (shorter or longer, both sizes) before
+// the dataset is opened, which would otherwise at best say the file is too small for a batch.
+void check_data_size(const io::TrainState& st, const std::string& path) {
+  auto it = st.metadata.find("data_fingerprint");
+  long long saved = -1;
+  if (it == st.metadata.end() || std::sscanf(it->second.c_str(), "size=%lld", &saved) != 1 || saved < 0) return;
+  std::error_code ec;
+  const auto now = static_cast<long long>(std::filesystem::file_size(path, ec));
+  if (ec || now == saved) return;
+  throw UsageError(detail::str("--resume: the data file '", path, "' is ", now < saved ? "shorter" : "longer",
+                               " than when the checkpoint was saved (", now, " bytes now, ", saved,
+                               " then): it changed since the checkpoint; resume on the data the run was trained on"));
+}
+
+// --save DIR must be a place this run can write and later replace: checked at startup (rank 0),
+// so a typo or a read-only disk fails now, not at the first save hours later. An existing
+// directory that is not a checkpoint is refused, because a save replaces the directory whole.
+void check_save_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(dir);
+  if (fs::exists(p, ec)) {
+    if (!fs::is_directory(p, ec)) throw UsageError("--save: '" + dir + "' exists and is not a directory");
+    if (!fs::is_empty(p, ec) && !fs::exists(p / "layout.json", ec))
+      throw UsageError("--save: '" + dir + "' is a non-empty directory that is not a zdl checkpoint (no layout.json); " +
+                       "a save replaces the whole directory, so choose a new or empty one");
+  }
+  const std::string parent = io::checkpoint_parent(dir);
+  fs::create_directories(parent, ec);
+  if (ec) throw UsageError("--save: cannot create the directory '" + parent + "' for '" + dir + "': " + ec.message());
+  std::string probe = parent + "/.zdl-save-probe.XXXXXX";
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0)
+    throw UsageError("--save: cannot write in '" + parent + "' (where '" + dir + "' goes): " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
 int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   Args a = args;
   const bool lead = comm.rank() == 0;
@@ -291,12 +353,34 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     } catch (const std::exception& e) {
       throw UsageError(std::string("--resume: ") + e.what());
     }
+    if (!a.init_from.empty()) throw UsageError("--init-from and --resume exclude each other (the checkpoint holds the weights)");
+    // The model comes from the checkpoint: a shape flag that disagrees would be silently ignored.
+    auto check_flag = [&](const char* flag, auto flag_value, auto saved_value) {
+      if (given(flag) && flag_value != saved_value)
+        throw UsageError(detail::str(flag, " ", flag_value, " differs from ", saved_value, " in the checkpoint '",
+                                     a.resume, "' (a resumed run keeps its model; drop the flag)"));
+    };
+    check_flag("--n-layer", a.n_layer, cfg.n_layer);
+    check_flag("--n-head", a.n_head, cfg.n_head);
+    check_flag("--n-embd", a.n_embd, cfg.n_embd);
+    check_flag("--dropout", a.dropout, cfg.dropout);
+    if (given("--vocab-multiple") &&
+        (a.vocab_multiple > 1 ? data::padded_vocab(cfg.vocab_size, a.vocab_multiple) : cfg.vocab_size) != cfg.padded_vocab())
+      throw UsageError(detail::str("--vocab-multiple ", a.vocab_multiple, " does not give the checkpoint's padded vocabulary ",
+                                   cfg.padded_vocab(), " ('", a.resume, "'; drop the flag)"));
   } else if (!a.init_from.empty()) {
     if (!std::filesystem::exists(a.init_from)) throw UsageError("--init-from: no file '" + a.init_from + "'");
+    if (std::filesystem::is_directory(a.init_from))
+      throw UsageError("--init-from: '" + a.init_from + "' is a directory; it takes one GPT-2 safetensors file " +
+                       "(continue a sharded checkpoint with --resume, or consolidate it with consolidate_checkpoint)");
     io::GPT2ConfigOverrides ov;
     if (given("--n-head")) ov.n_head = a.n_head;
     ov.dropout = a.dropout;
-    cfg = io::config_from_gpt2_file(a.init_from, ov);
+    try {
+      cfg = io::config_from_gpt2_file(a.init_from, ov);
+    } catch (const std::exception& e) {  // not a GPT-2 file: a checkpoint directory, another model's file
+      throw UsageError(std::string("--init-from: ") + e.what());
+    }
     auto check_flag = [&](const char* flag, int64_t flag_value, int64_t file_value) {
       if (given(flag) && flag_value != file_value)
         throw UsageError(detail::str(flag, " ", flag_value, " differs from ", file_value, " in ", a.init_from));
@@ -318,7 +402,11 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     throw UsageError(e.what());
   }
   if (a.seq > cfg.block_size)
-    throw UsageError(detail::str("--seq ", a.seq, " exceeds the model's context length ", cfg.block_size));
+    throw UsageError(detail::str("--seq ", a.seq, " exceeds the model's context length ", cfg.block_size,
+                                 resumed ? " (the checkpoint's model)" : !a.init_from.empty() ? " (the --init-from file's)" : ""));
+  if (given("--prefetch") && a.zero_stage != 3)
+    throw UsageError(detail::str("--prefetch applies to --zero-stage 3 only (got --zero-stage ", a.zero_stage, ")"));
+  check_model_fits_in_memory(cfg, a, comm.size());
   if (cfg.vocab_size < data::ByteTokenizer::kVocabSize)
     throw UsageError(detail::str("the model's vocabulary (", cfg.vocab_size, ") is smaller than the byte tokenizer's 256"));
   if (a.batch % comm.size() != 0)
@@ -335,6 +423,7 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   // Every rank makes the default corpus itself (atomic write): no shared file system needed.
   std::string data_path = a.data.empty() ? data::default_corpus_file() : a.data;
   if (!std::filesystem::exists(data_path)) throw UsageError("--data: no file '" + data_path + "'");
+  if (resumed && !a.eval_only) check_data_size(*resumed, data_path);
   std::unique_ptr<data::TokenDataset> ds;
   try {
     ds = std::make_unique<data::TokenDataset>(
@@ -344,6 +433,15 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
+
+  // Checked before any training (not when the first save comes, hours later), and agreed on by
+  // every rank: only rank 0 probes --save, only some ranks open a metrics file.
+  std::optional<MetricsLog> metrics_log;
+  examples::agree_on_usage(comm, [&] {
+    if (lead && !a.save.empty()) check_save_dir(a.save);
+    metrics_log.emplace(a.metrics, comm.rank(), a.metrics_all_ranks);
+  });
+  MetricsLog& metrics = *metrics_log;
 
   if (a.max_memory_per_rank > 0) memory_ledger().set_cap(DeviceType::CPU, a.max_memory_per_rank);
   auto shared_comm = std::shared_ptr<dist::Communicator>(&comm, [](dist::Communicator*) {});
@@ -357,12 +455,23 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   }
   zero.wrap(*model);
   if (!a.init_from.empty() && !resumed) {
-    dist::GatheredParameters g(zero, /*modify=*/true);
-    io::load_gpt2(*model, a.init_from);
+    try {
+      dist::GatheredParameters g(zero, /*modify=*/true);
+      io::load_gpt2(*model, a.init_from);
+    } catch (const Error& e) {  // every rank reads the same file: all fail alike
+      throw UsageError(std::string("--init-from: ") + e.what());
+    }
   }
 
-  MetricsLog metrics(a.metrics, comm.rank(), a.metrics_all_ranks);
   if (a.eval_only) {
+    if (resumed) {  // the checkpoint's weights (on any data: no fingerprint check)
+      dist::ZeroAdamW states(zero, {.lr = a.lr}, a.weight_decay);
+      try {
+        dist::load_sharded(a.resume, zero, states);
+      } catch (const Error& e) {
+        throw UsageError(std::string("--resume: ") + e.what());
+      }
+    }
     int64_t n = a.eval_batches > 0 ? a.eval_batches : ds->num_eval_batches(data::Split::Train);
     double loss = evaluate(*model, *ds, comm, data::Split::Train, n);
     if (lead) std::printf("loss %.6f\n", loss);
@@ -378,8 +487,12 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     std::string saved_fp = resumed->metadata.count("data_fingerprint") ? resumed->metadata.at("data_fingerprint") : "";
     if (saved_fp != fingerprint)
       throw UsageError("--resume: the data file '" + data_path + "' changed since the checkpoint (saved " + saved_fp +
-                       ", now " + fingerprint + ")");
-    *resumed = dist::load_sharded(a.resume, zero, opt);
+                       ", now " + fingerprint + "); resume on the data the run was trained on");
+    try {  // collective: a bad checkpoint fails on every rank alike
+      *resumed = dist::load_sharded(a.resume, zero, opt);
+    } catch (const Error& e) {
+      throw UsageError(std::string("--resume: ") + e.what());
+    }
     for (auto& [key, d] : dropout_modules(*model)) {
       auto it = resumed->counters.find(key);
       if (it == resumed->counters.end())

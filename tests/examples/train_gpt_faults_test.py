@@ -1,0 +1,510 @@
+"""train_gpt under faults and bad input (GitHub issue #7), end to end.
+
+Faults: a rank killed or stopped in the middle of a step (the job ends within the watchdog
+timeout, no rank hangs), a process killed while writing a checkpoint and a full disk during a
+save (the previous checkpoint still loads and resumes exactly), a crash mid-run (resume is
+bit-exact), the data file changed or shortened between save and resume. Bad input: every case
+exits 2 with a short message naming the problem, never a crash or a hang.
+
+The faults need no hooks in the product: signals from the test, RLIMIT_FSIZE for writes that
+die (SIGXFSZ) or fail (EFBIG, the signal ignored, as on a full disk).
+
+Run by ctest: python3 train_gpt_faults_test.py PATH/TO/train_gpt
+Uses a small generated text file in a temporary directory (never ../shared).
+"""
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+TRAIN_GPT = None
+SMALL = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--seq", "16", "--batch", "4",
+         "--eval-every", "0", "--warmup", "2", "--lr", "3e-3"]
+MPIRUN = shutil.which("mpirun")
+MPI_ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+# The watchdog timeout of the distributed fault tests, and what the job may take beyond it to end.
+TIMEOUT_S = 5
+SLACK_S = 25
+
+
+def losses(path):
+    """step -> loss of a metrics file (a line cut short by a kill is skipped)."""
+    out = {}
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            try:
+                j = json.loads(line)
+            except ValueError:
+                continue
+            if "loss" in j and "step" in j:
+                out[j["step"]] = j["loss"]
+    return out
+
+
+def limit_file_size(nbytes, ignore_sigxfsz):
+    """preexec_fn: files may grow to nbytes; beyond, SIGXFSZ kills the writer (a crash in the
+    middle of a write) or, with the signal ignored, write() fails with EFBIG (a full disk)."""
+    def apply():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
+        if ignore_sigxfsz:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an ignored disposition survives exec
+    return apply
+
+
+def children_of(root):
+    """Every live descendant pid of `root` (from /proc)."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                parent[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        out += kids
+        todo += kids
+    return out
+
+
+def alive(pid):
+    """True unless the process is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def rank_pids(launcher_pid):
+    """rank -> pid of the train_gpt processes under an mpirun."""
+    out = {}
+    for pid in children_of(launcher_pid):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() != "train_gpt":
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue
+        rank = env.get(b"PMI_RANK") or env.get(b"OMPI_COMM_WORLD_RANK")
+        if rank is not None:
+            out[int(rank)] = pid
+    return out
+
+
+def wait_until(cond, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class TrainGptFaults(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+        self.data = self.p("data.txt")
+        lines = [f"the {a} sat on the {b} number {i % 17}.\n" for i, (a, b) in
+                 enumerate(zip(["cat", "dog", "fox", "owl"] * 300, ["mat", "log", "box", "rug", "hat"] * 240))]
+        with open(self.data, "w") as f:
+            f.write("".join(lines))
+        self.procs, self.files, self.ranks = [], [], []
+
+    def tearDown(self):
+        # Nothing outlives a test: every process a test started, and everything under it
+        # (a stopped rank included: SIGKILL ends stopped processes too).
+        for proc in self.procs:
+            if proc.poll() is None:  # a test that failed with its job still running
+                for pid in children_of(proc.pid) + [proc.pid]:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+        for pid in self.ranks:  # a rank the launcher lost (e.g. left stopped)
+            if alive(pid):
+                try:
+                    with open(f"/proc/{pid}/comm") as f:
+                        if f.read().strip() == "train_gpt":
+                            os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        for f in self.files:
+            f.close()
+        self.tmp.cleanup()
+
+    def p(self, name):
+        return os.path.join(self.dir, name)
+
+    def run_gpt(self, *args, ranks=0, check=True, timeout=120, preexec_fn=None):
+        cmd = [MPIRUN, "-np", str(ranks), TRAIN_GPT, *args] if ranks else [TRAIN_GPT, *args]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=MPI_ENV,
+                                preexec_fn=preexec_fn, cwd=self.dir)
+        self.procs.append(proc)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for pid in children_of(proc.pid) + [proc.pid]:  # the ranks under mpirun too
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            out, err = proc.communicate()
+            raise AssertionError(f"{' '.join(cmd)} still ran after {timeout} s (hang?):\n{out[-3000:]}\n{err[-3000:]}")
+        p = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+        if check and p.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
+        return p
+
+    def start(self, *args, ranks=0, name="run"):
+        """A background run; stdout and stderr go to files (no pipe to fill up)."""
+        cmd = [MPIRUN, "-np", str(ranks), TRAIN_GPT, *args] if ranks else [TRAIN_GPT, *args]
+        out, err = open(self.p(name + ".out"), "w+"), open(self.p(name + ".err"), "w+")
+        self.files += [out, err]
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=MPI_ENV, cwd=self.dir)
+        self.procs.append(proc)
+        return proc
+
+    def output(self, name="run"):
+        with open(self.p(name + ".out")) as o, open(self.p(name + ".err")) as e:
+            return o.read(), e.read()
+
+    def assert_usage_error(self, p, needles, what=""):
+        """Exit 2, at most 2 lines on stderr, each needle in it, no traceback or signal."""
+        ctx = f"{what}: exit {p.returncode}\nstdout: {p.stdout[-2000:]}\nstderr: {p.stderr}"
+        self.assertEqual(p.returncode, 2, ctx)
+        self.assertLessEqual(len(p.stderr.strip().splitlines()), 2, ctx)
+        for n in [needles] if isinstance(needles, str) else needles:
+            self.assertIn(n, p.stderr, ctx)
+        self.assertNotIn("step ", p.stdout, ctx)  # refused before any training
+
+    def checkpoint_step(self, ck):
+        with open(os.path.join(ck, "layout.json")) as f:
+            return json.load(f)["step"]
+
+    # ---- distributed runs fail instead of hanging ----
+
+    def run_until_steps(self, args, ranks, n_steps, name="run"):
+        """Starts a long run (ranks = 0: one process, no mpirun) and returns (proc, {rank: pid})
+        once rank 0 logged n_steps steps."""
+        metrics = self.p(name + ".jsonl")
+        proc = self.start(*args, "--steps", "1000000", "--metrics", metrics, ranks=ranks, name=name)
+        wait_until(lambda: len(losses(metrics)) >= n_steps or proc.poll() is not None, 120, f"{n_steps} steps")
+        self.assertIsNone(proc.poll(), self.output(name))
+        if not ranks:
+            return proc, {0: proc.pid}
+        pids = wait_until(lambda: (lambda r: r if len(r) == ranks else None)(rank_pids(proc.pid)), 30, "rank pids")
+        self.ranks += pids.values()
+        return proc, pids
+
+    def wait_job_end(self, proc, pids, limit):
+        t0 = time.monotonic()
+        try:
+            proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            self.fail(f"the job still runs {limit} s after the fault (hang); ranks alive: "
+                      f"{[r for r, pid in pids.items() if alive(pid)]}")
+        elapsed = time.monotonic() - t0
+        wait_until(lambda: not any(alive(pid) for pid in pids.values()), 10, "every rank to exit")
+        return elapsed
+
+    @unittest.skipIf(MPIRUN is None, "no mpirun")
+    def test_rank_killed_mid_step_ends_every_rank_within_the_timeout(self):
+        proc, pids = self.run_until_steps(["--data", self.data, *SMALL, "--collective-timeout", str(TIMEOUT_S)], 2, 3)
+        os.kill(pids[1], signal.SIGKILL)
+        self.wait_job_end(proc, pids, TIMEOUT_S + SLACK_S)
+        self.assertNotEqual(proc.returncode, 0)
+        out, err = self.output()
+        # The launcher sees the death (its banner), or the survivor's watchdog names the collective.
+        self.assertTrue(any(s in out + err for s in ("BAD TERMINATION", "KILLED BY SIGNAL", "watchdog")),
+                        f"no clear message:\n{out[-3000:]}\n{err[-3000:]}")
+
+    @unittest.skipIf(MPIRUN is None, "no mpirun")
+    def test_stopped_rank_fires_the_watchdog_which_ends_the_job(self):
+        # A hung rank (SIGSTOP) is invisible to the launcher: only the other rank's watchdog can
+        # end the job. Rank 0 is stopped, so the message must come from rank 1.
+        proc, pids = self.run_until_steps(["--data", self.data, *SMALL, "--zero-stage", "3",
+                                           "--collective-timeout", str(TIMEOUT_S)], 2, 3)
+        os.kill(pids[0], signal.SIGSTOP)
+        elapsed = self.wait_job_end(proc, pids, TIMEOUT_S + SLACK_S)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertGreaterEqual(elapsed, TIMEOUT_S - 1)
+        out, err = self.output()
+        self.assertIn("[rank 1/2] watchdog: ", err)
+        self.assertIn(f"did not complete within {TIMEOUT_S} s", err)
+
+    # ---- checkpoints survive crashes ----
+
+    def straight_losses(self, steps, stop_after, ranks=0, extra=()):
+        m = self.p(f"straight{stop_after}.jsonl")
+        self.run_gpt("--data", self.data, *SMALL, "--steps", str(steps), "--stop-after", str(stop_after),
+                     "--metrics", m, *extra, ranks=ranks)
+        return losses(m)
+
+    def assert_resumes_exactly(self, ck, steps, until, ranks=0, extra=()):
+        """Resumes `ck` up to step `until` and compares every loss with the uninterrupted run."""
+        k = self.checkpoint_step(ck)
+        m = self.p("resumed.jsonl")
+        if os.path.exists(m):
+            os.remove(m)
+        self.run_gpt("--resume", ck, "--data", self.data, *SMALL, "--steps", str(steps), "--stop-after", str(until),
+                     "--metrics", m, *extra, ranks=ranks)
+        resumed, straight = losses(m), self.straight_losses(steps, until, ranks, extra)
+        self.assertEqual(sorted(resumed), list(range(k + 1, until + 1)))
+        for s in resumed:
+            self.assertEqual(resumed[s], straight[s], f"step {s}: resumed {resumed[s]} != uninterrupted {straight[s]}")
+
+    def test_killed_while_writing_a_checkpoint_keeps_the_previous_one(self):
+        ck = self.p("ck")
+        self.run_gpt("--data", self.data, *SMALL, "--steps", "8", "--stop-after", "2", "--save", ck)
+        # The rank file is ~400 KB; 100 KB lets the metrics file grow but not the checkpoint:
+        # SIGXFSZ kills the process in the middle of writing it, at the save after step 4.
+        p = self.run_gpt("--resume", ck, "--data", self.data, *SMALL, "--steps", "8", "--stop-after", "4",
+                         "--save", ck, "--metrics", self.p("killed.jsonl"), check=False,
+                         preexec_fn=limit_file_size(100_000, ignore_sigxfsz=False))
+        self.assertEqual(p.returncode, -signal.SIGXFSZ, p.stderr)
+        self.assertEqual(sorted(losses(self.p("killed.jsonl"))), [3, 4])  # it died saving step 4
+        self.assertEqual(self.checkpoint_step(ck), 2)
+        staging = self.p(".ck.saving")
+        self.assertTrue(os.path.isdir(staging), "the kill should have hit the write in the staging directory")
+        # The half-written staging directory is not taken for a checkpoint ...
+        bad = self.run_gpt("--resume", staging, "--data", self.data, *SMALL, "--steps", "8", check=False)
+        self.assert_usage_error(bad, "layout.json", "resume from the staging directory")
+        # ... the previous one resumes exactly, and its next save clears the debris.
+        self.assert_resumes_exactly(ck, 8, 8)
+        self.run_gpt("--resume", ck, "--data", self.data, *SMALL, "--steps", "8", "--stop-after", "4", "--save", ck)
+        self.assertEqual(self.checkpoint_step(ck), 4)
+        self.assertFalse(os.path.exists(staging))
+
+    def test_full_disk_during_save_fails_cleanly_and_keeps_the_previous_one(self):
+        ck = self.p("ck")
+        self.run_gpt("--data", self.data, *SMALL, "--steps", "8", "--stop-after", "2", "--save", ck)
+        p = self.run_gpt("--resume", ck, "--data", self.data, *SMALL, "--steps", "8", "--stop-after", "4",
+                         "--save", ck, check=False, preexec_fn=limit_file_size(100_000, ignore_sigxfsz=True))
+        # A failure during training: exit 1, one message naming the file and the OS error.
+        self.assertEqual(p.returncode, 1, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, p.stderr)
+        for needle in ("train_gpt: error:", "save_sharded", "rank-0-of-1.safetensors", "File too large"):
+            self.assertIn(needle, lines[0])
+        # Nothing left behind: no staging directory, no temporary files.
+        self.assertEqual(sorted(os.listdir(self.dir)), ["ck", "data.txt"])
+        self.assertEqual(sorted(os.listdir(ck)), ["layout.json", "rank-0-of-1.safetensors"])
+        self.assertEqual(self.checkpoint_step(ck), 2)
+        self.assert_resumes_exactly(ck, 8, 8)
+
+    def test_resume_after_a_crash_mid_run_is_bit_exact(self):
+        # SIGKILL of rank 0 at some step after saves every 2 steps (possibly during one): the
+        # last complete checkpoint resumes to the same losses as the run that was never killed.
+        ranks = 2 if MPIRUN else 0
+        extra = ["--zero-stage", "2"] if ranks else []
+        ck = self.p("ck")
+        proc, pids = self.run_until_steps(["--data", self.data, *SMALL, *extra, "--save", ck, "--save-every", "2"],
+                                          ranks, 5, name="crash")
+        os.kill(pids[0], signal.SIGKILL)
+        proc.wait(timeout=TIMEOUT_S + SLACK_S)
+        self.assertNotEqual(proc.returncode, 0)
+        k = self.checkpoint_step(ck)
+        self.assertGreaterEqual(k, 4)
+        self.assertEqual(k % 2, 0)
+        crashed = losses(self.p("crash.jsonl"))
+        straight = self.straight_losses(1000000, k + 3, ranks, extra)
+        for s in range(1, k + 1):  # the killed run was the same trajectory up to its checkpoint
+            self.assertEqual(crashed[s], straight[s])
+        self.assert_resumes_exactly(ck, 1000000, k + 3, ranks, extra)
+
+    def test_resume_detects_a_changed_or_shorter_data_file(self):
+        ck = self.p("ck")
+        self.run_gpt("--data", self.data, *SMALL, "--steps", "4", "--stop-after", "2", "--save", ck)
+        with open(self.data, "rb") as f:
+            original = f.read()
+        n = len(original)
+
+        def resume():
+            return self.run_gpt("--resume", ck, "--data", self.data, *SMALL, "--steps", "4", check=False)
+
+        # Shorter (still more than a batch), then shorter than one batch: said as such, with sizes.
+        for size in (n // 2, 40):
+            with open(self.data, "wb") as f:
+                f.write(original[:size])
+            self.assert_usage_error(resume(), ["data.txt", "shorter", f"{size} bytes now, {n} then", "changed"],
+                                    f"truncated to {size}")
+        # Longer.
+        with open(self.data, "wb") as f:
+            f.write(original + b"more\n")
+        self.assert_usage_error(resume(), ["longer", f"{n + 5} bytes now, {n} then"], "appended")
+        # Same size, one byte changed: the content fingerprint differs.
+        with open(self.data, "wb") as f:
+            f.write(original[:100] + b"X" + original[101:])
+        self.assert_usage_error(resume(), ["data.txt", "changed since the checkpoint", "fnv1a"], "one byte changed")
+        # Restored: resumes.
+        with open(self.data, "wb") as f:
+            f.write(original)
+        self.run_gpt("--resume", ck, "--data", self.data, *SMALL, "--steps", "4")
+
+    # ---- bad input: exit 2, a short clear message, never a crash ----
+
+    def test_malformed_flag_values_exit_2(self):
+        cases = [
+            (["--lr", "nan"], "--lr: 'nan' is not a finite number"),
+            (["--lr", "inf"], "--lr: inf is not a finite number"),
+            (["--grad-clip", "nan"], "--grad-clip: 'nan' is not a finite number"),
+            (["--collective-timeout", "nan"], "--collective-timeout"),
+            (["--steps", "99999999999999999999"], "does not fit in 64 bits"),
+            (["--seed", "-1"], "--seed: '-1' is negative"),
+            (["--steps", "1e3"], "--steps"),
+            (["--batch", "0"], "--batch: 0 must be positive"),
+            (["--lr", "-1"], "--lr: -1 must not be negative"),
+            (["--zero-stage", "4"], "--zero-stage"),
+            (["--dtype", "f16"], "--dtype must be f32 or bf16"),
+            (["--val-fraction", "0.95"], "--val-fraction"),
+            (["--on-nan", "maybe"], "--on-nan"),
+            (["--prefetch", "2"], "--prefetch applies to --zero-stage 3 only"),
+        ]
+        for args, needle in cases:
+            p = self.run_gpt("--data", self.data, *SMALL, "--steps", "2", *args, check=False)
+            self.assert_usage_error(p, needle, str(args))
+            self.assertLess(len(p.stderr), 400, p.stderr)  # short: no 309-digit DBL_MAX
+
+    def test_bad_data_and_model_configs_exit_2_at_startup(self):
+        tiny = self.p("tiny.txt")
+        with open(tiny, "w") as f:
+            f.write("x" * 60)  # one batch needs 4*16+1 = 65 tokens
+        small_val = self.p("small_val.txt")
+        with open(small_val, "w") as f:
+            f.write("y" * 400)  # train split 360 tokens is enough, val split 40 is not
+        empty = self.p("empty.txt")
+        open(empty, "w").close()
+        cases = [
+            (["--data", tiny], ["tiny.txt", "train split has 54 tokens", "one batch needs"]),
+            (["--data", small_val, "--eval-every", "2"], ["small_val.txt", "val split has 40 tokens"]),
+            (["--data", empty], ["empty.txt", "empty"]),
+            (["--n-embd", "30", "--n-head", "4"], "n_embd 30 must be a positive multiple of n_head 4"),
+            (["--n-layer", "100000", "--n-embd", "4096", "--n-head", "32"], ["GiB", "more than this machine's"]),
+            (["--batch", "4611686018427387904"], ["--batch 4611686018427387904", "more than this machine's"]),
+        ]
+        for args, needles in cases:
+            full = [*SMALL, "--steps", "2", *args] + ([] if "--data" in args else ["--data", self.data])
+            t0 = time.monotonic()
+            p = self.run_gpt(*full, check=False)
+            self.assert_usage_error(p, needles, str(args))
+            self.assertLess(time.monotonic() - t0, 20, f"{args}: refused only after {time.monotonic() - t0:.0f} s")
+
+    def test_bad_checkpoints_and_resume_flags_exit_2(self):
+        ck = self.p("ck")
+        self.run_gpt("--data", self.data, *SMALL, "--steps", "4", "--stop-after", "2", "--save", ck)
+        with open(os.path.join(ck, "layout.json")) as f:
+            layout = json.load(f)
+
+        def variant(name, edit):
+            d = self.p(name)
+            shutil.copytree(ck, d)
+            j = json.loads(json.dumps(layout))
+            edit(j)
+            with open(os.path.join(d, "layout.json"), "w") as f:
+                json.dump(j, f)
+            return d
+
+        newer = variant("newer", lambda j: j.update(format_version=99))
+
+        def other_model(j):  # the config of another model with this model's tensors
+            cfg = json.loads(j["metadata"]["config"])
+            cfg["n_embd"] = 64
+            j["metadata"]["config"] = json.dumps(cfg)
+        other = variant("other", other_model)
+        truncated = variant("truncated", lambda j: None)
+        with open(os.path.join(truncated, "rank-0-of-1.safetensors"), "r+b") as f:
+            f.truncate(1000)
+        not_ck = self.p("not_a_checkpoint")
+        os.mkdir(not_ck)
+        with open(os.path.join(not_ck, "notes.txt"), "w") as f:
+            f.write("hello\n")
+        rank_file = os.path.join(ck, "rank-0-of-1.safetensors")
+        cases = [
+            (["--resume", newer], ["format_version 99", "newer"]),
+            (["--resume", other], ["different model", "wte.weight"]),
+            (["--resume", truncated], ["rank-0-of-1.safetensors", "truncated"]),
+            (["--resume", not_ck], ["not_a_checkpoint", "layout.json"]),
+            (["--init-from", ck], ["--init-from", "is a directory", "--resume"]),
+            (["--init-from", rank_file], ["--init-from", "not a GPT-2 checkpoint"]),
+            (["--resume", ck, "--init-from", rank_file], "--init-from and --resume"),
+            (["--resume", ck, "--n-embd", "64"], ["--n-embd 64 differs from 32", "checkpoint"]),
+            (["--resume", ck, "--n-layer", "3"], "--n-layer 3 differs from 2"),
+            (["--resume", ck, "--n-head", "4"], "--n-head 4 differs from 2"),
+            (["--resume", ck, "--dropout", "0.2"], "--dropout 0.2 differs from 0"),
+            (["--resume", ck, "--seq", "32"], ["--seq 32 exceeds the model's context length 16", "checkpoint"]),
+        ]
+        for args, needles in cases:  # no model flags but those the case gives
+            p = self.run_gpt("--data", self.data, "--seq", "16", "--batch", "4", "--steps", "4", *args, check=False)
+            self.assert_usage_error(p, needles, str(args))
+        # The flags that match the checkpoint are fine, and so is a shorter --seq.
+        self.run_gpt("--resume", ck, "--data", self.data, *SMALL, "--steps", "3")
+        # --eval-only of a checkpoint scores its weights (before: a fresh model), on any data.
+        fresh = self.run_gpt("--data", self.data, *SMALL, "--eval-only", "--eval-batches", "2").stdout
+        trained = self.run_gpt("--resume", ck, "--data", self.data, *SMALL, "--eval-only", "--eval-batches", "2").stdout
+        self.assertLess(float(trained.split()[1]), float(fresh.split()[1]) - 0.05, (fresh, trained))
+
+    def test_unwritable_save_and_metrics_paths_exit_2_before_training(self):
+        a_file = self.p("a_file")
+        with open(a_file, "w") as f:
+            f.write("not a directory\n")
+        not_ck = self.p("precious")
+        os.mkdir(not_ck)
+        with open(os.path.join(not_ck, "thesis.tex"), "w") as f:
+            f.write("years of work\n")
+        cases = [
+            (["--save", os.path.join(a_file, "ck")], ["--save", "a_file", "Not a directory"]),
+            (["--save", a_file], ["--save", "a_file", "is not a directory"]),
+            (["--save", not_ck], ["--save", "precious", "not a zdl checkpoint"]),
+            (["--metrics", os.path.join(a_file, "m.jsonl")], ["metrics", "a_file/m.jsonl"]),
+        ]
+        for args, needles in cases:
+            p = self.run_gpt("--data", self.data, *SMALL, "--steps", "1000000", *args, check=False, timeout=60)
+            self.assert_usage_error(p, needles, str(args))
+        self.assertEqual(os.listdir(not_ck), ["thesis.tex"])  # untouched
+
+    @unittest.skipIf(MPIRUN is None, "no mpirun")
+    def test_bad_input_under_mpirun_exits_2_on_every_rank_printed_once(self):
+        ck = self.p("ck2")
+        self.run_gpt("--data", self.data, *SMALL, "--steps", "4", "--stop-after", "2", "--save", ck, ranks=2)
+        os.mkdir(self.p("m.rank1.jsonl"))  # only rank 1 cannot open its metrics file
+        cases = [
+            (3, ["--data", self.data, "--steps", "2"], "--batch 4 must be divisible by the number of ranks 3"),
+            # A 2-rank checkpoint resumed on 3 ranks with a batch that 3 ranks cannot split.
+            (3, ["--resume", ck, "--data", self.data, "--steps", "4"], "--batch 4 must be divisible"),
+            (2, ["--data", self.data, "--steps", "1000000", "--metrics", self.p("m.jsonl"), "--metrics-all-ranks"],
+             "cannot open metrics file"),
+            (2, ["--data", self.data, "--steps", "1000000", "--save", os.path.join(self.data, "ck")], "--save"),
+        ]
+        for ranks, args, needle in cases:
+            t0 = time.monotonic()
+            p = self.run_gpt(*SMALL, *args, "--collective-timeout", "60", ranks=ranks, check=False, timeout=90)
+            self.assert_usage_error(p, needle, f"-np {ranks} {args}")
+            self.assertEqual(p.stderr.count("train_gpt:"), 1, p.stderr)
+            self.assertLess(time.monotonic() - t0, 30, f"{args}: a rank waited for the others")
+
+
+if __name__ == "__main__":
+    TRAIN_GPT = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)
