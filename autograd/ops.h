@@ -11,6 +11,10 @@
 // bf16 again; cross_entropy of bf16 logits returns an f32 loss. All floating arguments of one
 // op must share a dtype (mixed bf16/f32 throws naming both).
 //
+// Devices: all tensor arguments of one op must be on one device (else an error naming both).
+// On CUDA (f32 and bf16; kernels/cuda/) the elementwise ops, reductions, views, matmul and
+// linear compute natively: bf16 in and out, f32 arithmetic inside, one rounding per result.
+//
 // Shape alphabet: B batch, T time, C channels, NH heads, HS head size, V vocab.
 #pragma once
 #include <cstdint>

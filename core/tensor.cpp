@@ -8,6 +8,11 @@
 #include "core/device_copy.h"
 #include "core/rng.h"
 #include "core/strided_loop.h"
+#ifdef ZDL_WITH_CUDA
+// [Note: layering] core/ reaches the CUDA layout kernels through their plain C++ header (no CUDA
+// includes); the kernels themselves depend only on core/dtype.h and core/strided_loop.h.
+#include "kernels/cuda/copy.h"
+#endif
 
 namespace zdl {
 
@@ -274,25 +279,79 @@ Tensor Tensor::to(DType t) const {
   return out;
 }
 
+#ifdef ZDL_WITH_CUDA
+namespace {
+
+// Copies a view into another view of the same shape on the same CUDA device, converting the dtype
+// (kernels/cuda/copy.h; the twin of cpu_copy).
+void cuda_copy(const Tensor& dst, const Tensor& src) {
+  StridedRows<2> it;
+  it.shape = dst.shape();
+  it.strides = {dst.strides(), src.strides()};
+  kernels::cuda::strided_copy(coalesce(it), dst.dtype(), dst.raw_data(), src.dtype(), src.raw_data());
+}
+
+// A contiguous temporary on a device for a copy in flight, counted as Workspace.
+Tensor copy_temp(const Shape& shape, DType dtype, Device device) {
+  MemoryScope scope(MemoryCategory::Workspace);
+  return Tensor::empty(shape, dtype, device);
+}
+
+// `src` itself when it is contiguous and of `dtype`, else a contiguous copy of it in `dtype` on its device.
+Tensor packed_on_device(const Tensor& src, DType dtype) {
+  if (src.is_contiguous() && src.dtype() == dtype) return src;
+  Tensor packed = copy_temp(src.shape(), dtype, src.device());
+  cuda_copy(packed, src);
+  return packed;
+}
+
+}  // namespace
+#endif
+
+// [Note: copies across devices] Bytes move between devices only as contiguous runs of one
+// dtype; layout and dtype changes happen on one side:
+//  - same CUDA device: one strided kernel (layout and dtype at once);
+//  - host -> device: layout and dtype on the host (cpu_copy into a contiguous staging tensor
+//    of the destination's dtype), bytes over, then a device layout copy if the destination is
+//    a strided view;
+//  - device -> host: the source made contiguous on its device (same dtype, bit-exact), bytes
+//    over, then layout and dtype on the host (cpu_copy), so conversions are the CPU's own;
+//  - between CUDA devices: contiguous in the destination dtype on the source device, bytes over,
+//    then a device layout copy if needed.
+// Device-side temporaries are counted under Workspace, host staging under the current category.
 void Tensor::copy_(const Tensor& src) const {
   ZDL_CHECK(shape() == src.shape(), "copy_: destination shape=", shape_str(shape()), " != source shape=",
             shape_str(src.shape()), label_suffix());
   if (numel() == 0) return;
   if (device().is_cpu() && src.device().is_cpu()) return cpu_copy(*this, src);
-  // Across devices: move contiguous bytes of the source dtype, then convert where needed.
-  if (dtype() == src.dtype() && is_contiguous() && src.is_contiguous())
-    return copy_bytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
-  if (src.device().is_cpu()) {  // host -> device: layout and dtype on the host first
-    Tensor staged = Tensor::empty(shape(), dtype());
-    cpu_copy(staged, src);
-    return copy_bytes(raw_data(), device(), staged.raw_data(), Device::cpu(), nbytes());
+#ifdef ZDL_WITH_CUDA
+  if (device() == src.device()) return cuda_copy(*this, src);
+  if (device().is_cpu()) {  // device -> host
+    Tensor packed = packed_on_device(src, src.dtype());
+    if (is_contiguous() && dtype() == src.dtype())
+      return copy_bytes(raw_data(), Device::cpu(), packed.raw_data(), packed.device(), nbytes());
+    Tensor host = Tensor::empty(shape(), src.dtype());
+    copy_bytes(host.raw_data(), Device::cpu(), packed.raw_data(), packed.device(), host.nbytes());
+    return cpu_copy(*this, host);
   }
-  ZDL_CHECK(src.is_contiguous(), "copy_ from a non-contiguous ", src.device().str(),
-            " tensor is not supported; make it contiguous on its device first");
-  Tensor host = Tensor::empty(src.shape(), src.dtype());
-  copy_bytes(host.raw_data(), Device::cpu(), src.raw_data(), src.device(), src.nbytes());
-  if (device().is_cpu()) return cpu_copy(*this, host);
-  copy_(host);
+  // -> a CUDA device, from the host or from another CUDA device: contiguous bytes in this dtype.
+  Tensor packed = src;
+  if (src.device().is_cpu()) {
+    if (!(src.is_contiguous() && src.dtype() == dtype())) {
+      packed = Tensor::empty(shape(), dtype());
+      cpu_copy(packed, src);
+    }
+  } else {
+    packed = packed_on_device(src, dtype());
+  }
+  if (is_contiguous()) return copy_bytes(raw_data(), device(), packed.raw_data(), packed.device(), nbytes());
+  Tensor dev = copy_temp(shape(), dtype(), device());
+  copy_bytes(dev.raw_data(), device(), packed.raw_data(), packed.device(), nbytes());
+  cuda_copy(*this, dev);
+#else
+  // CPU-only build: no tensor can live on a CUDA device (its allocator refuses one).
+  ZDL_CHECK(false, "copy_ ", src.device().str(), " -> ", device().str(), ": this zerodl build has no CUDA support");
+#endif
 }
 
 void Tensor::fill_(double value) const {
@@ -313,7 +372,14 @@ void Tensor::fill_(double value) const {
     }
     return;
   }
+#ifdef ZDL_WITH_CUDA
+  StridedRows<1> it;
+  it.shape = shape();
+  it.strides = {strides()};
+  kernels::cuda::strided_fill(coalesce(it), dtype(), raw_data(), value);
+#else
   copy_(Tensor::full(shape(), value, dtype()));
+#endif
 }
 
 std::vector<double> Tensor::to_vector() const {

@@ -47,12 +47,14 @@ namespace {
 Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
   check_float_args(name, {&a, &b});
 #ifdef ZDL_WITH_CUDA
-  if (a.device().is_cuda()) {
-    ZDL_CHECK(a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous(), name,
-              ": on CUDA only same-shape contiguous operands are supported so far, got shapes ", shape_str(a.shape()),
-              " and ", shape_str(b.shape()));
-    Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
-    kernels::cuda::binary(op, a.dtype(), a.numel(), out.raw_data(), a.raw_data(), b.raw_data());
+  if (on_cuda(name, a)) {
+    Shape out_shape = broadcast_shapes(a.shape(), b.shape());
+    Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
+    if (out.numel() == 0) return out;
+    StridedRows<3> it;
+    it.shape = out_shape;
+    it.strides = {out.strides(), broadcast_strides(a, out_shape), broadcast_strides(b, out_shape)};
+    kernels::cuda::binary(op, a.dtype(), coalesce(it), out.raw_data(), a.raw_data(), b.raw_data());
     return out;
   }
 #endif
@@ -73,6 +75,14 @@ Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tens
 
 Tensor unary_forward(UnaryOp op, const char* name, const Tensor& a, double s = 0.0) {
   check_float_args(name, {&a});
+#ifdef ZDL_WITH_CUDA
+  if (on_cuda(name, a)) {
+    Tensor x = a.is_contiguous() ? a : a.contiguous_copy();
+    Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+    kernels::cuda::unary(op, a.dtype(), x.numel(), x.raw_data(), out.raw_data(), s);
+    return out;
+  }
+#endif
   check_cpu(name, a);
   Tensor x = a.is_contiguous() ? a : a.contiguous_copy();
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
@@ -81,6 +91,51 @@ Tensor unary_forward(UnaryOp op, const char* name, const Tensor& a, double s = 0
     kernels::cpu::unary<T>(op, x.numel(), x.data<T>(), out.data<T>(), s);
   });
   return out;
+}
+
+// CUDA backward of a unary op: g * f'(a) in one kernel, from the saved *input* a, in f32
+// (kernels/cuda/elementwise.h unary_backward). Same formula as the CPU graphs below, but a bf16
+// gradient is rounded once instead of once per backward op, as the CPU's f32 detour rounds it.
+Tensor cuda_unary_grad(UnaryOp op, const Tensor& g, const Tensor& a, double s) {
+#ifdef ZDL_WITH_CUDA
+  check_same_device(g, a, "unary backward");
+  check_same_dtype(g, a, "unary backward");
+  Tensor gc = g.is_contiguous() ? g : g.contiguous_copy();
+  Tensor ac = a.is_contiguous() ? a : a.contiguous_copy();
+  Tensor dx = Tensor::empty(a.shape(), a.dtype(), a.device());
+  kernels::cuda::unary_backward(op, a.dtype(), a.numel(), gc.raw_data(), ac.raw_data(), dx.raw_data(), s);
+  return dx;
+#else
+  (void)op, (void)g, (void)s;
+  ZDL_CHECK(false, "unary backward on ", a.device().str(), ": this zerodl build has no CUDA support");
+  return Tensor();
+#endif
+}
+
+// CUDA: -(g / b) * (a / b) over g's shape (a and b broadcast), before sum_to; see
+// kernels/cuda/elementwise.h div_grad_b.
+Tensor cuda_div_grad_b(const Tensor& g, const Tensor& a, const Tensor& b) {
+#ifdef ZDL_WITH_CUDA
+  check_float_args("div backward", {&g, &a, &b});
+  Tensor d = Tensor::empty(g.shape(), g.dtype(), g.device());
+  if (d.numel() == 0) return d;
+  StridedRows<4> it;
+  it.shape = g.shape();
+  it.strides = {d.strides(), g.strides(), broadcast_strides(a, g.shape()), broadcast_strides(b, g.shape())};
+  kernels::cuda::div_grad_b(g.dtype(), coalesce(it), d.raw_data(), g.raw_data(), a.raw_data(), b.raw_data());
+  return d;
+#else
+  (void)a, (void)b;
+  ZDL_CHECK(false, "div backward on ", g.device().str(), ": this zerodl build has no CUDA support");
+  return Tensor();
+#endif
+}
+
+// Records a unary op whose backward runs cuda_unary_grad (CUDA inputs only).
+Tensor record_cuda_unary(const char* name, UnaryOp op, const Tensor& a, const Tensor& out, double s = 0.0) {
+  return autograd::record(name, {a}, out, [op, a, s](const TensorList& g) {
+    return TensorList{cuda_unary_grad(op, g[0], a, s)};
+  });
 }
 
 }  // namespace
@@ -119,6 +174,9 @@ Tensor div(const Tensor& a, const Tensor& b) {
   // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 = -out/b
   bool ga = a.requires_grad(), gb = b.requires_grad();
   return autograd::record("div", {a, b}, out, [a, b, o = out.detach(), ga, gb](const TensorList& g) {
+    if (g[0].device().is_cuda())  // the b-gradient in one kernel (one bf16 rounding)
+      return TensorList{ga ? sum_to(div(g[0], b), a.shape()) : Tensor(),
+                        gb ? sum_to(cuda_div_grad_b(g[0], a, b), b.shape()) : Tensor()};
     Tensor g_over_b = div(g[0], b);
     return TensorList{ga ? sum_to(g_over_b, a.shape()) : Tensor(),
                       gb ? sum_to(neg(mul(g_over_b, o)), b.shape()) : Tensor()};
@@ -146,6 +204,7 @@ Tensor rsub(double s, const Tensor& a) {
 Tensor rdiv(double s, const Tensor& a) {
   if (bf16_on_cpu("rdiv", {&a})) return to_bf16(rdiv(s, to_f32(a)));
   Tensor out = unary_forward(UnaryOp::RDiv, "rdiv", a, s);
+  if (a.device().is_cuda()) return record_cuda_unary("rdiv", UnaryOp::RDiv, a, out, s);
   // d(s/a)/da = -s/a^2 = -out/a
   return autograd::record("rdiv", {a}, out, [a, o = out.detach()](const TensorList& g) {
     return TensorList{neg(div(mul(g[0], o), a))};
@@ -161,6 +220,7 @@ Tensor neg(const Tensor& a) {
 Tensor exp(const Tensor& a) {
   if (bf16_on_cpu("exp", {&a})) return to_bf16(exp(to_f32(a)));
   Tensor out = unary_forward(UnaryOp::Exp, "exp", a);
+  if (a.device().is_cuda()) return record_cuda_unary("exp", UnaryOp::Exp, a, out);
   // d exp(a) = exp(a)
   return autograd::record("exp", {a}, out, [o = out.detach()](const TensorList& g) { return TensorList{mul(g[0], o)}; });
 }
@@ -168,6 +228,7 @@ Tensor exp(const Tensor& a) {
 Tensor log(const Tensor& a) {
   if (bf16_on_cpu("log", {&a})) return to_bf16(log(to_f32(a)));
   Tensor out = unary_forward(UnaryOp::Log, "log", a);
+  if (a.device().is_cuda()) return record_cuda_unary("log", UnaryOp::Log, a, out);
   // d log(a) = 1/a
   return autograd::record("log", {a}, out, [a](const TensorList& g) { return TensorList{div(g[0], a)}; });
 }
@@ -175,6 +236,7 @@ Tensor log(const Tensor& a) {
 Tensor sqrt(const Tensor& a) {
   if (bf16_on_cpu("sqrt", {&a})) return to_bf16(sqrt(to_f32(a)));
   Tensor out = unary_forward(UnaryOp::Sqrt, "sqrt", a);
+  if (a.device().is_cuda()) return record_cuda_unary("sqrt", UnaryOp::Sqrt, a, out);
   // d sqrt(a) = 1 / (2 sqrt(a))
   return autograd::record("sqrt", {a}, out, [o = out.detach()](const TensorList& g) {
     return TensorList{div(g[0], mul(o, 2.0))};
@@ -184,6 +246,7 @@ Tensor sqrt(const Tensor& a) {
 Tensor tanh(const Tensor& a) {
   if (bf16_on_cpu("tanh", {&a})) return to_bf16(tanh(to_f32(a)));
   Tensor out = unary_forward(UnaryOp::Tanh, "tanh", a);
+  if (a.device().is_cuda()) return record_cuda_unary("tanh", UnaryOp::Tanh, a, out);
   // d tanh(a) = 1 - tanh(a)^2
   return autograd::record("tanh", {a}, out, [o = out.detach()](const TensorList& g) {
     return TensorList{mul(g[0], rsub(1.0, square(o)))};
@@ -193,6 +256,7 @@ Tensor tanh(const Tensor& a) {
 Tensor square(const Tensor& a) {
   if (bf16_on_cpu("square", {&a})) return to_bf16(square(to_f32(a)));
   Tensor out = unary_forward(UnaryOp::Square, "square", a);
+  if (a.device().is_cuda()) return record_cuda_unary("square", UnaryOp::Square, a, out);
   // d a^2 = 2a
   return autograd::record("square", {a}, out, [a](const TensorList& g) { return TensorList{mul(mul(g[0], a), 2.0)}; });
 }
@@ -215,6 +279,19 @@ Tensor cast(const Tensor& a, DType dtype) {
 
 void add_(const Tensor& dst, const Tensor& src) {
   check_float_args("add_", {&dst, &src});
+#ifdef ZDL_WITH_CUDA
+  if (on_cuda("add_", dst)) {
+    Shape bs = broadcast_shapes(dst.shape(), src.shape());
+    ZDL_CHECK(bs == dst.shape(), "add_: source shape=", shape_str(src.shape()),
+              " does not broadcast to destination shape=", shape_str(dst.shape()));
+    if (dst.numel() == 0) return;
+    StridedRows<2> it;
+    it.shape = dst.shape();
+    it.strides = {dst.strides(), broadcast_strides(src, dst.shape())};
+    // Added in f32, rounded once on store (bf16), as the CPU twin.
+    return kernels::cuda::accumulate(dst.dtype(), coalesce(it), dst.raw_data(), src.raw_data());
+  }
+#endif
   check_cpu("add_", dst);
   Shape bs = broadcast_shapes(dst.shape(), src.shape());
   ZDL_CHECK(bs == dst.shape(), "add_: source shape=", shape_str(src.shape()), " does not broadcast to destination shape=",
@@ -235,6 +312,12 @@ void add_(const Tensor& dst, const Tensor& src) {
 
 void scale_(const Tensor& dst, double s) {
   check_float_args("scale_", {&dst});
+#ifdef ZDL_WITH_CUDA
+  if (on_cuda("scale_", dst)) {
+    ZDL_CHECK(dst.is_contiguous(), "scale_: needs a contiguous tensor, got shape=", shape_str(dst.shape()));
+    return kernels::cuda::scale(dst.dtype(), dst.numel(), dst.raw_data(), s);
+  }
+#endif
   check_cpu("scale_", dst);
   ZDL_CHECK(dst.is_contiguous(), "scale_: needs a contiguous tensor, got shape=", shape_str(dst.shape()));
   if (dst.dtype() == DType::BF16) return kernels::cpu::scale<BFloat16>(dst.numel(), dst.data<BFloat16>(), s);

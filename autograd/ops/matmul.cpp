@@ -10,6 +10,10 @@
 // When b is 2-D (shared by every batch), a's leading dims are folded into its rows, so the
 // forward and both gradients are single large GEMMs ([B*M, K] @ [K, N]); dB = A^T dC then sums
 // over the batch inside the GEMM's K loop instead of through a separate reduction.
+//
+// CUDA (f32, bf16): the same Mats go to the cuBLASLt twins (kernels/cuda/matmul.h) with
+// device pointers; bf16 runs natively (bf16 in/out, f32 accumulation, one rounding), and
+// linear's bias is fused into the forward GEMM's epilogue.
 #include <algorithm>
 #include <utility>
 
@@ -18,6 +22,9 @@
 #include "autograd/ops/bf16_compute.h"
 #include "autograd/ops/op_checks.h"
 #include "kernels/cpu/matmul.h"
+#ifdef ZDL_WITH_CUDA
+#include "kernels/cuda/matmul.h"
+#endif
 
 namespace zdl {
 
@@ -112,6 +119,13 @@ void gemm_into(const Tensor& out, const Mats& a, const Mats& b, bool accumulate,
     return;
   }
   const int64_t M = a.rows, N = b.cols;
+#ifdef ZDL_WITH_CUDA
+  if (out.device().is_cuda()) {
+    kernels::cuda::gemm_batched(out.dtype(), a.batch, M, N, a.cols, a.trans, a.t.raw_data(), a.ld, a.batch_stride,
+                                b.trans, b.t.raw_data(), b.ld, b.batch_stride, out.raw_data(), N, M * N, accumulate);
+    return;
+  }
+#endif
   ZDL_DISPATCH_FLOAT(out.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::gemm_batched<T>(a.batch, M, N, a.cols, a.trans, a.t.data<T>(), a.ld, a.batch_stride, b.trans,
@@ -129,7 +143,7 @@ Tensor product(const Shape& shape, const Mats& a, const Mats& b, const char* op)
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   if (bf16_on_cpu("matmul", {&a, &b})) return to_bf16(matmul(to_f32(a), to_f32(b)));
-  check_cpu("matmul", a);
+  if (!on_cuda("matmul", a)) check_cpu("matmul", a);
   ZDL_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: expected a [..., M, K] and b [..., K, N] with at least 2 dims, got a.shape=",
             shape_str(a.shape()), " b.shape=", shape_str(b.shape()));
   ZDL_CHECK(a.size(-1) == b.size(-2), "matmul: inner dimensions differ: a.shape=", shape_str(a.shape()), " has K=",
@@ -158,7 +172,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool has_bias = bias.defined();
   const bool bf16 = has_bias ? bf16_on_cpu("linear", {&x, &weight, &bias}) : bf16_on_cpu("linear", {&x, &weight});
   if (bf16) return to_bf16(linear(to_f32(x), to_f32(weight), to_f32(bias)));
-  check_cpu("linear", x);
+  const bool cuda = on_cuda("linear", x);
+  if (!cuda) check_cpu("linear", x);
   ZDL_CHECK(weight.dim() == 2, "linear: weight must be 2-D [out, in], got weight.shape=", shape_str(weight.shape()));
   ZDL_CHECK(x.dim() >= 1, "linear: x must have at least 1 dim [..., in], got x.shape=", shape_str(x.shape()));
   const int64_t in = weight.size(1), out_features = weight.size(0);
@@ -173,14 +188,23 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
-  if (has_bias && y.numel() > 0) {
+  const bool fused_bias = cuda && has_bias;  // CUDA: y = X W^T + bias in one cuBLASLt call (epilogue)
+#ifdef ZDL_WITH_CUDA
+  if (fused_bias && y.numel() > 0) {
+    Tensor bc = bias.is_contiguous() ? bias : bias.contiguous_copy();
+    const Mats Wt = W.transposed();
+    kernels::cuda::gemm_bias(y.dtype(), X.rows, out_features, in, X.trans, X.t.raw_data(), X.ld, Wt.trans,
+                             Wt.t.raw_data(), Wt.ld, bc.raw_data(), y.raw_data(), out_features);
+  }
+#endif
+  if (has_bias && !fused_bias && y.numel() > 0) {
     Tensor bc = bias.is_contiguous() ? bias : bias.contiguous_copy();
     ZDL_DISPATCH_FLOAT(x.dtype(), "linear", [&](auto tag) {
       using T = decltype(tag);
       kernels::cpu::fill_rows<T>(X.rows, out_features, bc.data<T>(), y.data<T>());
     });
   }
-  gemm_into(y, X, W.transposed(), /*accumulate=*/has_bias, "linear");
+  if (!fused_bias) gemm_into(y, X, W.transposed(), /*accumulate=*/has_bias, "linear");
 
   // dx = dy W, dW = dy^T x (sums over the folded batch), dbias = column sums of dy.
   const bool gx = x.requires_grad(), gw = weight.requires_grad(), gbias = has_bias && bias.requires_grad();

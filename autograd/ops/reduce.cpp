@@ -1,5 +1,10 @@
 // Sum and mean over dimensions. Backward of a sum broadcasts the gradient back (expand),
 // mean divides by the number of reduced elements.
+//
+// On CUDA (f32, bf16) the reduction runs natively (kernels/cuda/reduce.h: double accumulation
+// in a fixed order, deterministic), and mean scales inside the same kernel: the f32 sum times
+// (float)(1/count), rounded once, which is what the CPU computes for f32 (sum, then mul) and,
+// through its f32 detour, for bf16.
 #include <algorithm>
 
 #include "autograd/node.h"
@@ -7,6 +12,9 @@
 #include "autograd/ops/bf16_compute.h"
 #include "autograd/ops/op_checks.h"
 #include "kernels/cpu/reduce.h"
+#ifdef ZDL_WITH_CUDA
+#include "kernels/cuda/reduce.h"
+#endif
 
 namespace zdl {
 
@@ -35,8 +43,8 @@ Shape reduced_shape(const Shape& s, const std::vector<int64_t>& dims, bool keepd
   return out;
 }
 
-// Forward of sum over dims (no graph).
-Tensor sum_forward(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+// Forward of sum over dims (no graph); out = scale * sum (scale only on CUDA, see above).
+Tensor sum_forward(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim, double scale = 1.0) {
   Shape out_shape = reduced_shape(a.shape(), dims, keepdim);
   // Bring reduced dims together: if they form one contiguous block of dims, the contiguous
   // input is already [outer, reduce, inner]; otherwise permute reduced dims to the end.
@@ -66,6 +74,20 @@ Tensor sum_forward(const Tensor& a, const std::vector<int64_t>& dims, bool keepd
     return out;
   }
   if (out.numel() == 0) return out;
+#ifdef ZDL_WITH_CUDA
+  if (a.device().is_cuda()) {
+    const size_t ws_bytes = kernels::cuda::sum_reduce_workspace_bytes(outer, red, inner);
+    Tensor ws;
+    if (ws_bytes > 0) {
+      MemoryScope scope(MemoryCategory::Workspace);
+      ws = Tensor::empty({static_cast<int64_t>(ws_bytes / sizeof(double))}, DType::F64, a.device());
+    }
+    kernels::cuda::sum_reduce(a.dtype(), outer, red, inner, xc.raw_data(), out.raw_data(),
+                              ws.defined() ? ws.raw_data() : nullptr, scale);
+    return out;
+  }
+#endif
+  ZDL_CHECK(scale == 1.0, "sum: internal error, scaled sum on the CPU");
   ZDL_DISPATCH_FLOAT(a.dtype(), "sum", [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::sum_reduce<T>(outer, red, inner, xc.data<T>(), out.data<T>());
@@ -77,7 +99,7 @@ Tensor sum_forward(const Tensor& a, const std::vector<int64_t>& dims, bool keepd
 
 Tensor sum(const Tensor& a, const std::vector<int64_t>& dims_in, bool keepdim) {
   if (bf16_on_cpu("sum", {&a})) return to_bf16(sum(to_f32(a), dims_in, keepdim));
-  check_cpu("sum", a);
+  if (!on_cuda("sum", a)) check_cpu("sum", a);
   std::vector<int64_t> dims = normalize_dims(a, dims_in);
   Tensor out = sum_forward(a, dims, keepdim);
   // d sum / dx = 1 everywhere: broadcast g (with reduced dims restored as size 1) to x's shape.
@@ -94,6 +116,20 @@ Tensor sum(const Tensor& a) {
   return sum(a, all, false);
 }
 
+namespace {
+
+// CUDA mean: the scaled sum in one kernel. Backward: d mean / dx = scale everywhere, i.e. the
+// CPU graph's mul(g, scale) broadcast back to x's shape.
+Tensor mean_cuda(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim, double scale) {
+  Tensor out = sum_forward(a, dims, keepdim, scale);
+  return autograd::record("mean", {a}, out, [in_shape = a.shape(), dims, scale](const TensorList& g) {
+    Tensor gk = reshape(mul(g[0], scale), reduced_shape(in_shape, dims, /*keepdim=*/true));
+    return TensorList{contiguous(expand(gk, in_shape))};
+  });
+}
+
+}  // namespace
+
 Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
   check_defined(a, "mean", "a");
   int64_t count = 1;
@@ -101,6 +137,7 @@ Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
   ZDL_CHECK(count > 0, "mean over zero elements (shape=", shape_str(a.shape()), ")");
   // bf16: one rounding of the f32 mean, not one after the sum and another after the scaling.
   if (bf16_on_cpu("mean", {&a})) return to_bf16(mean(to_f32(a), dims, keepdim));
+  if (on_cuda("mean", a)) return mean_cuda(a, normalize_dims(a, dims), keepdim, 1.0 / static_cast<double>(count));
   return mul(sum(a, dims, keepdim), 1.0 / static_cast<double>(count));
 }
 
@@ -108,6 +145,11 @@ Tensor mean(const Tensor& a) {
   check_defined(a, "mean", "a");
   ZDL_CHECK(a.numel() > 0, "mean of an empty tensor (shape=", shape_str(a.shape()), ")");
   if (bf16_on_cpu("mean", {&a})) return to_bf16(mean(to_f32(a)));
+  if (on_cuda("mean", a)) {
+    std::vector<int64_t> all(static_cast<size_t>(a.dim()));
+    for (int64_t i = 0; i < a.dim(); ++i) all[i] = i;
+    return mean_cuda(a, all, /*keepdim=*/false, 1.0 / static_cast<double>(a.numel()));
+  }
   return mul(sum(a), 1.0 / static_cast<double>(a.numel()));
 }
 

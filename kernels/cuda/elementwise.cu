@@ -1,20 +1,111 @@
+// Elementwise CUDA kernels (see elementwise.h). Every formula is the CPU twin's
+// (kernels/cpu/elementwise.cpp, and the backward graphs of autograd/ops/elementwise.cpp for
+// unary_backward) evaluated in f32 with the same rounding steps; where the CPU rounds a product
+// before a subtraction, __fmul_rn keeps nvcc from contracting the two into an FMA.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/strided.cuh"
 
 namespace zdl::kernels::cuda {
 
 namespace {
 
-template <class T, int Op>
+using cpu::BinaryOp;
+using cpu::UnaryOp;
+
+template <BinaryOp Op>
+__device__ __forceinline__ float apply_binary(float x, float y) {
+  if constexpr (Op == BinaryOp::Add) return x + y;
+  else if constexpr (Op == BinaryOp::Sub) return x - y;
+  else if constexpr (Op == BinaryOp::Mul) return x * y;
+  else return x / y;
+}
+
+template <UnaryOp Op>
+__device__ __forceinline__ float apply_unary(float v, float s) {
+  if constexpr (Op == UnaryOp::Neg) return -v;
+  else if constexpr (Op == UnaryOp::Exp) return expf(v);
+  else if constexpr (Op == UnaryOp::Log) return logf(v);
+  else if constexpr (Op == UnaryOp::Sqrt) return sqrtf(v);
+  else if constexpr (Op == UnaryOp::Tanh) return tanhf(v);
+  else if constexpr (Op == UnaryOp::Square) return v * v;
+  else if constexpr (Op == UnaryOp::AddScalar) return v + s;
+  else if constexpr (Op == UnaryOp::MulScalar) return v * s;
+  else if constexpr (Op == UnaryOp::RSub) return s - v;
+  else return s / v;  // RDiv
+}
+
+// g * f'(x), the CPU backward graph's arithmetic in f32 (see elementwise.h).
+template <UnaryOp Op>
+__device__ __forceinline__ float apply_unary_grad(float g, float x, float s) {
+  if constexpr (Op == UnaryOp::Neg) return -g;
+  else if constexpr (Op == UnaryOp::Exp) return g * expf(x);                 // mul(g, out)
+  else if constexpr (Op == UnaryOp::Log) return g / x;                       // div(g, a)
+  else if constexpr (Op == UnaryOp::Sqrt) return g / (sqrtf(x) * 2.0f);      // div(g, mul(out, 2))
+  else if constexpr (Op == UnaryOp::Tanh) {                                  // mul(g, rsub(1, square(out)))
+    const float t = tanhf(x);
+    return g * (1.0f - __fmul_rn(t, t));
+  } else if constexpr (Op == UnaryOp::Square) return (g * x) * 2.0f;       // mul(mul(g, a), 2)
+  else if constexpr (Op == UnaryOp::AddScalar) return g;
+  else if constexpr (Op == UnaryOp::MulScalar) return g * s;                 // mul(g, s)
+  else if constexpr (Op == UnaryOp::RSub) return -g;
+  else return -((g * (s / x)) / x);                                          // neg(div(mul(g, out), a))
+}
+
+// ---- kernels ----
+
+template <class T, BinaryOp Op>
 __global__ void binary_kernel(int64_t n, T* out, const T* a, const T* b) {
-  ZDL_GRID_STRIDE(i, n) {
-    float x = to_f(a[i]), y = to_f(b[i]), r;
-    if constexpr (Op == 0) r = x + y;
-    else if constexpr (Op == 1) r = x - y;
-    else if constexpr (Op == 2) r = x * y;
-    else r = x / y;
-    out[i] = from_f<T>(r);
+  ZDL_GRID_STRIDE(i, n) out[i] = from_f<T>(apply_binary<Op>(to_f(a[i]), to_f(b[i])));
+}
+
+template <class T, BinaryOp Op>
+struct BinaryStrided {
+  T* out;
+  const T* a;
+  const T* b;
+  template <class I>
+  __device__ void operator()(const I (&o)[3]) const {
+    out[o[0]] = from_f<T>(apply_binary<Op>(to_f(a[o[1]]), to_f(b[o[2]])));
   }
+};
+
+template <class T, UnaryOp Op>
+__global__ void unary_kernel(int64_t n, const T* x, T* out, float s) {
+  ZDL_GRID_STRIDE(i, n) out[i] = from_f<T>(apply_unary<Op>(to_f(x[i]), s));
+}
+
+template <class T, UnaryOp Op>
+__global__ void unary_backward_kernel(int64_t n, const T* g, const T* x, T* dx, float s) {
+  ZDL_GRID_STRIDE(i, n) dx[i] = from_f<T>(apply_unary_grad<Op>(to_f(g[i]), to_f(x[i]), s));
+}
+
+template <class T>
+struct DivGradB {
+  T* d;
+  const T* g;
+  const T* a;
+  const T* b;
+  template <class I>
+  __device__ void operator()(const I (&o)[4]) const {
+    const float bv = to_f(b[o[3]]);
+    d[o[0]] = from_f<T>(-((to_f(g[o[1]]) / bv) * (to_f(a[o[2]]) / bv)));
+  }
+};
+
+template <class T>
+struct Accumulate {
+  T* dst;
+  const T* src;
+  template <class I>
+  __device__ void operator()(const I (&o)[2]) const {
+    dst[o[0]] = from_f<T>(to_f(dst[o[0]]) + to_f(src[o[1]]));
+  }
+};
+
+template <class T>
+__global__ void scale_kernel(int64_t n, T* x, float s) {
+  ZDL_GRID_STRIDE(i, n) x[i] = from_f<T>(to_f(x[i]) * s);
 }
 
 template <class From, class To>
@@ -23,25 +114,134 @@ __global__ void cast_kernel(int64_t n, const From* in, To* out) {
 }
 
 template <class T>
-void launch_binary(cpu::BinaryOp op, int64_t n, void* out, const void* a, const void* b, cudaStream_t s) {
+__global__ void fill_rows_kernel(int64_t rows, int64_t cols, const T* row, T* out) {
+  ZDL_GRID_STRIDE(i, rows * cols) out[i] = row[i % cols];
+}
+
+// ---- launchers (typed, on a stream) ----
+
+template <class T, BinaryOp Op>
+void launch_binary(const StridedRows<3>& it, void* out, const void* a, const void* b, cudaStream_t s) {
   auto* o = static_cast<T*>(out);
   auto* pa = static_cast<const T*>(a);
   auto* pb = static_cast<const T*>(b);
-  switch (op) {
-    case cpu::BinaryOp::Add: binary_kernel<T, 0><<<grid_for(n), kBlock, 0, s>>>(n, o, pa, pb); break;
-    case cpu::BinaryOp::Sub: binary_kernel<T, 1><<<grid_for(n), kBlock, 0, s>>>(n, o, pa, pb); break;
-    case cpu::BinaryOp::Mul: binary_kernel<T, 2><<<grid_for(n), kBlock, 0, s>>>(n, o, pa, pb); break;
-    case cpu::BinaryOp::Div: binary_kernel<T, 3><<<grid_for(n), kBlock, 0, s>>>(n, o, pa, pb); break;
+  if (strided_all_contiguous(it)) {
+    const int64_t n = strided_numel(it);
+    binary_kernel<T, Op><<<grid_for(n), kBlock, 0, s>>>(n, o, pa, pb);
+    ZDL_CUDA_CHECK_LAUNCH();
+    return;
   }
-  ZDL_CUDA_CHECK_LAUNCH();
+  launch_strided(it, BinaryStrided<T, Op>{o, pa, pb}, "cuda binary op");
+}
+
+template <class T>
+void launch_binary(BinaryOp op, const StridedRows<3>& it, void* out, const void* a, const void* b, cudaStream_t s) {
+  switch (op) {
+    case BinaryOp::Add: return launch_binary<T, BinaryOp::Add>(it, out, a, b, s);
+    case BinaryOp::Sub: return launch_binary<T, BinaryOp::Sub>(it, out, a, b, s);
+    case BinaryOp::Mul: return launch_binary<T, BinaryOp::Mul>(it, out, a, b, s);
+    case BinaryOp::Div: return launch_binary<T, BinaryOp::Div>(it, out, a, b, s);
+  }
+}
+
+// Calls body(std::integral_constant<UnaryOp, op>{}) so kernels get the op as a template argument.
+template <class Body>
+void dispatch_unary(UnaryOp op, Body&& body) {
+  switch (op) {
+    case UnaryOp::Neg: return body(std::integral_constant<UnaryOp, UnaryOp::Neg>{});
+    case UnaryOp::Exp: return body(std::integral_constant<UnaryOp, UnaryOp::Exp>{});
+    case UnaryOp::Log: return body(std::integral_constant<UnaryOp, UnaryOp::Log>{});
+    case UnaryOp::Sqrt: return body(std::integral_constant<UnaryOp, UnaryOp::Sqrt>{});
+    case UnaryOp::Tanh: return body(std::integral_constant<UnaryOp, UnaryOp::Tanh>{});
+    case UnaryOp::Square: return body(std::integral_constant<UnaryOp, UnaryOp::Square>{});
+    case UnaryOp::AddScalar: return body(std::integral_constant<UnaryOp, UnaryOp::AddScalar>{});
+    case UnaryOp::MulScalar: return body(std::integral_constant<UnaryOp, UnaryOp::MulScalar>{});
+    case UnaryOp::RSub: return body(std::integral_constant<UnaryOp, UnaryOp::RSub>{});
+    case UnaryOp::RDiv: return body(std::integral_constant<UnaryOp, UnaryOp::RDiv>{});
+  }
+  ZDL_CHECK(false, "cuda unary op: unknown op ", static_cast<int>(op));
 }
 
 }  // namespace
 
+// ---- entry points ----
+
 void binary(cpu::BinaryOp op, DType dtype, int64_t n, void* out, const void* a, const void* b) {
   if (n == 0) return;
-  auto run = [&](auto tag) { launch_binary<decltype(tag)>(op, n, out, a, b, compute_stream()); };
+  StridedRows<3> it;
+  it.shape = {n};
+  for (auto& st : it.strides) st = {1};
+  binary(op, dtype, it, out, a, b);
+}
+
+void binary(cpu::BinaryOp op, DType dtype, const StridedRows<3>& it, void* out, const void* a, const void* b) {
+  if (strided_numel(it) == 0) return;
+  auto run = [&](auto tag) { launch_binary<decltype(tag)>(op, it, out, a, b, compute_stream()); };
   ZDL_CUDA_DISPATCH_FLOAT(dtype, "cuda binary op", run);
+}
+
+void unary(cpu::UnaryOp op, DType dtype, int64_t n, const void* x, void* out, double s) {
+  if (n == 0) return;
+  const float fs = static_cast<float>(s);  // as the CPU twin: static_cast<T>(s), computed in f32
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    dispatch_unary(op, [&](auto op_c) {
+      unary_kernel<T, decltype(op_c)::value><<<grid_for(n), kBlock, 0, compute_stream()>>>(
+          n, static_cast<const T*>(x), static_cast<T*>(out), fs);
+      ZDL_CUDA_CHECK_LAUNCH();
+    });
+  };
+  ZDL_CUDA_DISPATCH_FLOAT(dtype, "cuda unary op", run);
+}
+
+void unary_backward(cpu::UnaryOp op, DType dtype, int64_t n, const void* g, const void* x, void* dx, double s) {
+  if (n == 0) return;
+  const float fs = static_cast<float>(s);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    dispatch_unary(op, [&](auto op_c) {
+      unary_backward_kernel<T, decltype(op_c)::value><<<grid_for(n), kBlock, 0, compute_stream()>>>(
+          n, static_cast<const T*>(g), static_cast<const T*>(x), static_cast<T*>(dx), fs);
+      ZDL_CUDA_CHECK_LAUNCH();
+    });
+  };
+  ZDL_CUDA_DISPATCH_FLOAT(dtype, "cuda unary backward", run);
+}
+
+void div_grad_b(DType dtype, const StridedRows<4>& it, void* d, const void* g, const void* a, const void* b) {
+  if (strided_numel(it) == 0) return;
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    launch_strided(it,
+                   DivGradB<T>{static_cast<T*>(d), static_cast<const T*>(g), static_cast<const T*>(a),
+                               static_cast<const T*>(b)},
+                   "cuda div backward");
+  };
+  ZDL_CUDA_DISPATCH_FLOAT(dtype, "cuda div backward", run);
+}
+
+void accumulate(DType dtype, const StridedRows<2>& it, void* dst, const void* src) {
+  if (strided_numel(it) == 0) return;
+  for (size_t d = 0; d < it.shape.size(); ++d)
+    ZDL_CHECK(it.shape[d] == 1 || it.strides[0][d] != 0, "cuda accumulate: the destination has overlapping elements "
+              "(stride 0 over a dimension of size ", it.shape[d], ", iteration shape=", shape_str(it.shape),
+              "); accumulate into a materialized tensor");
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    launch_strided(it, Accumulate<T>{static_cast<T*>(dst), static_cast<const T*>(src)}, "cuda accumulate");
+  };
+  ZDL_CUDA_DISPATCH_FLOAT(dtype, "cuda accumulate", run);
+}
+
+void scale(DType dtype, int64_t n, void* x, double s) {
+  if (n == 0) return;
+  const float fs = static_cast<float>(s);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    scale_kernel<T><<<grid_for(n), kBlock, 0, compute_stream()>>>(n, static_cast<T*>(x), fs);
+    ZDL_CUDA_CHECK_LAUNCH();
+  };
+  ZDL_CUDA_DISPATCH_FLOAT(dtype, "cuda scale", run);
 }
 
 void cast(DType from, DType to, int64_t n, const void* in, void* out) {
@@ -55,6 +255,17 @@ void cast(DType from, DType to, int64_t n, const void* in, void* out) {
     ZDL_CHECK(false, "cuda cast ", dtype_name(from), " -> ", dtype_name(to), " not supported (f32 <-> bf16)");
   }
   ZDL_CUDA_CHECK_LAUNCH();
+}
+
+void fill_rows(DType dtype, int64_t rows, int64_t cols, const void* row, void* out) {
+  if (rows == 0 || cols == 0) return;
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    fill_rows_kernel<T><<<grid_for(rows * cols), kBlock, 0, compute_stream()>>>(rows, cols, static_cast<const T*>(row),
+                                                                               static_cast<T*>(out));
+    ZDL_CUDA_CHECK_LAUNCH();
+  };
+  ZDL_CUDA_DISPATCH_FLOAT(dtype, "cuda fill_rows", run);
 }
 
 }  // namespace zdl::kernels::cuda

@@ -49,6 +49,12 @@ void unary(cpu::UnaryOp op, DType dtype, int64_t n, const void* x, void* out, do
 // rounded once, as the CPU bf16 detour rounds its f32 gradient once. dx may alias g.
 void unary_backward(cpu::UnaryOp op, DType dtype, int64_t n, const void* g, const void* x, void* dx, double s = 0.0);
 
+// The b-gradient of a / b before its broadcast reduction (sum_to), in one pass:
+// d[idx] = -((g[idx] / b[idx]) * (a[idx] / b[idx])) over `it` (operand order: d, g, a, b),
+// the CPU graph's neg(mul(div(g, b), out)) with out = a / b, in f32 with the same rounding
+// steps; a bf16 result is rounded once (the unfused graph would round three times).
+void div_grad_b(DType dtype, const StridedRows<4>& it, void* d, const void* g, const void* a, const void* b);
+
 // dst[idx] += src[idx] over `it` (operand order: dst, src), as cpu::accumulate: the gradient
 // accumulation of the autograd engine and of ZeRO's flat buffers. Added in f32, rounded once.
 // dst must not have overlapping elements (no stride-0 dims of size > 1: that would race).
