@@ -3,26 +3,44 @@
 // Every random value is a pure function of (seed, stream, element index): any element of a
 // random tensor can be generated alone. This is what lets a ZeRO-3 rank initialize only its
 // shard of a parameter and still get bits identical to the same slice of a single-process
-// init, whatever the world size (DESIGN.md mechanism 3). The same holds on the GPU.
+// init, whatever the world size (DESIGN.md mechanism 3). The same holds on the GPU: the
+// block function and uniform() are ZDL_HOST_DEVICE, so a CUDA kernel (kernels/cuda/dropout.cu)
+// computes the very same words as the CPU for the same (seed, stream, index).
 //
 //   Philox gen(seed, /*stream=*/param_id);
 //   float u = gen.uniform(i);      // element i, in [0, 1)
 //   float z = gen.normal(i);       // element i, standard normal
+//
+// This header is C++17-clean and included by .cu files: the device-callable part uses no
+// std::array (whose accessors are host-only without --expt-relaxed-constexpr).
 #pragma once
 #include <array>
 #include <cmath>
 #include <cstdint>
 
+// Marks functions callable from both host and device code when compiled by nvcc.
+#if defined(__CUDACC__)
+#define ZDL_HOST_DEVICE __host__ __device__
+#else
+#define ZDL_HOST_DEVICE
+#endif
+
 namespace zdl {
+
+// The four 32-bit output words of one Philox block.
+struct PhiloxWords {
+  uint32_t w[4];
+};
 
 struct Philox {
   uint64_t seed;
   uint64_t stream;
 
-  Philox(uint64_t seed_, uint64_t stream_) : seed(seed_), stream(stream_) {}
+  ZDL_HOST_DEVICE Philox(uint64_t seed_, uint64_t stream_) : seed(seed_), stream(stream_) {}
 
   // The 4x32-bit block for counter `index`. Key = seed; counter = (index, stream).
-  static std::array<uint32_t, 4> block(uint64_t seed, uint64_t stream, uint64_t index) {
+  // Integer arithmetic only: host and device give the same bits.
+  static ZDL_HOST_DEVICE PhiloxWords words(uint64_t seed, uint64_t stream, uint64_t index) {
     uint32_t c0 = static_cast<uint32_t>(index), c1 = static_cast<uint32_t>(index >> 32);
     uint32_t c2 = static_cast<uint32_t>(stream), c3 = static_cast<uint32_t>(stream >> 32);
     uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
@@ -38,17 +56,24 @@ struct Philox {
       k0 += 0x9E3779B9u;
       k1 += 0xBB67AE85u;
     }
-    return {c0, c1, c2, c3};
+    return PhiloxWords{{c0, c1, c2, c3}};
+  }
+
+  // The same block as a std::array (host code).
+  static std::array<uint32_t, 4> block(uint64_t seed, uint64_t stream, uint64_t index) {
+    PhiloxWords b = words(seed, stream, index);
+    return {b.w[0], b.w[1], b.w[2], b.w[3]};
   }
 
   std::array<uint32_t, 4> block(uint64_t index) const { return block(seed, stream, index); }
 
-  // Maps 24 random bits to [0, 1) exactly representable in f32.
-  static float to_unit(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
+  // Maps 24 random bits to [0, 1) exactly representable in f32: (x >> 8) * 2^-24, exact.
+  static ZDL_HOST_DEVICE float to_unit(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
 
-  float uniform(uint64_t index) const { return to_unit(block(index)[0]); }
+  ZDL_HOST_DEVICE float uniform(uint64_t index) const { return to_unit(words(seed, stream, index).w[0]); }
 
-  // Box-Muller on two uniforms of the element's own block; u1 in (0, 1].
+  // Box-Muller on two uniforms of the element's own block; u1 in (0, 1]. Host only: the
+  // device's libm would round differently, so a device normal() could not promise the CPU's bits.
   float normal(uint64_t index) const {
     auto b = block(index);
     float u1 = (static_cast<float>(b[0] >> 8) + 1.0f) * (1.0f / 16777216.0f);

@@ -11,6 +11,11 @@
 //   [N, V] probabilities, dropout keeps nothing and regenerates its Philox mask.
 // - Parameters (layer_norm weight, embedding weight) are saved as detached handles on the
 //   same Storage, so a ZeRO-3 re-gathered parameter is what backward reads (DESIGN.md 1).
+// - CUDA tensors (build with ZDL_CUDA) go to the twins in kernels/cuda/ after the same argument
+//   checks: f32 and bf16 natively (bf16 loaded to f32 inside the kernels, no f32 copies),
+//   statistics (layer_norm mean/rstd, cross_entropy max/lse) saved in f32, the cross_entropy
+//   loss f32. Ids and targets are checked on the device before any kernel reads through them,
+//   so bad ones give the CPU's error. See [Note: CUDA ops] below.
 #include <cmath>
 
 #include "autograd/node.h"
@@ -23,6 +28,15 @@
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/layer_norm.h"
 #include "kernels/cpu/softmax.h"
+#ifdef ZDL_WITH_CUDA
+#include "core/memory.h"
+#include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/dropout.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gelu.h"
+#include "kernels/cuda/layer_norm.h"
+#include "kernels/cuda/softmax.h"
+#endif
 
 namespace zdl {
 
@@ -35,15 +49,15 @@ namespace {
 // The tensor itself when contiguous, else a contiguous copy (kernels read dense buffers).
 Tensor dense(const Tensor& t) { return t.is_contiguous() ? t : t.contiguous_copy(); }
 
-// Checks an index tensor (embedding ids, cross-entropy targets): defined, i32 or i64, CPU.
-void check_index_arg(const char* op, const Tensor& t, const char* arg) {
+// Checks an index tensor's type (embedding ids, cross-entropy targets): defined, i32 or i64.
+// Its device must be its op's floating argument's (check_same_device names both).
+void check_index_dtype(const char* op, const Tensor& t, const char* arg) {
   check_defined(t, op, arg);
   ZDL_CHECK(t.dtype() == DType::I32 || t.dtype() == DType::I64, op, ": ", arg, " must be i32 or i64, got ",
             dtype_name(t.dtype()), " (", arg, " shape=", shape_str(t.shape()), ")");
-  check_cpu(op, t);
 }
 
-// Calls f(I{}) with the C++ type of an index dtype (checked before by check_index_arg).
+// Calls f(I{}) with the C++ type of an index dtype (checked before by check_index_dtype).
 template <class F>
 void dispatch_index(DType dtype, F&& f) {
   if (dtype == DType::I32) f(int32_t{});
@@ -59,12 +73,199 @@ void check_ln_param(const Tensor& p, const char* arg, const Tensor& x) {
             " must be [C] with C the last dim of x shape=", shape_str(x.shape()));
 }
 
+#ifdef ZDL_WITH_CUDA
+// [Note: CUDA ops] The CUDA paths below mirror the CPU ops above them: the same argument checks
+// and error messages, the same saved tensors (statistics in f32 rather than the input dtype),
+// gradients of the input's dtype. Kernels read dense buffers: non-contiguous inputs and
+// incoming gradients are made contiguous on the device first (dense()). Scratch memory is a
+// Workspace-tagged tensor, freed stream-ordered when the op returns.
+namespace kcu = kernels::cuda;
+
+// The gradient arriving at a CUDA op's output: on the output's device, of its dtype, dense.
+Tensor cuda_grad(const char* op, const Tensor& g, DType dtype, Device device) {
+  check_defined(g, op, "gradient");
+  ZDL_CHECK(g.device() == device, op, " backward: gradient on ", g.device().str(), " but the output is on ",
+            device.str(), " (gradient shape=", shape_str(g.shape()), ")");
+  ZDL_CHECK(g.dtype() == dtype, op, " backward: gradient dtype ", dtype_name(g.dtype()), " != output dtype ",
+            dtype_name(dtype), " (gradient shape=", shape_str(g.shape()), ")");
+  return dense(g);
+}
+
+// Device scratch of at least `bytes` bytes, accounted as Workspace.
+Tensor cuda_workspace(size_t bytes, Device device) {
+  MemoryScope scope(MemoryCategory::Workspace);
+  return Tensor::empty({static_cast<int64_t>((bytes + 7) / 8)}, DType::I64, device);
+}
+
+Tensor gelu_cuda(const Tensor& x) {
+  Tensor xc = dense(x);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (out.numel() == 0) return out;
+  kcu::gelu_forward(x.dtype(), xc.numel(), xc.raw_data(), out.raw_data());
+  return autograd::record("gelu", {x}, out, [xs = xc.detach()](const TensorList& g) {
+    Tensor gc = cuda_grad("gelu", g[0], xs.dtype(), xs.device());
+    Tensor dx = Tensor::empty(xs.shape(), xs.dtype(), xs.device());
+    kcu::gelu_backward(xs.dtype(), xs.numel(), xs.raw_data(), gc.raw_data(), dx.raw_data());
+    return TensorList{dx};
+  });
+}
+
+// Arguments checked by layer_norm (shapes, eps, weight/bias dtype and device).
+Tensor layer_norm_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const int64_t C = x.size(-1), rows = x.numel() / C;
+  const Device dev = x.device();
+  Tensor xc = dense(x);
+  Tensor wc = weight.defined() ? dense(weight).detach() : Tensor();
+  Tensor bc = bias.defined() ? dense(bias).detach() : Tensor();
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), dev);
+  Tensor mean = Tensor::empty({rows}, DType::F32, dev);  // (rows,) f32
+  Tensor rstd = Tensor::empty({rows}, DType::F32, dev);  // (rows,) f32
+  if (rows > 0)
+    kcu::layer_norm_forward(x.dtype(), rows, C, xc.raw_data(), wc.defined() ? wc.raw_data() : nullptr,
+                            bc.defined() ? bc.raw_data() : nullptr, eps, out.raw_data(), mean.data<float>(),
+                            rstd.data<float>());
+  bool gx = x.requires_grad(), gw = weight.defined() && weight.requires_grad(),
+       gb = bias.defined() && bias.requires_grad();
+  return autograd::record(
+      "layer_norm", {x, weight, bias}, out,
+      [xs = xc.detach(), wc, mean, rstd, rows, C, gx, gw, gb](const TensorList& g) {
+        const DType dt = xs.dtype();
+        const Device dev = xs.device();
+        Tensor dx = gx ? Tensor::empty(xs.shape(), dt, dev) : Tensor();
+        if (rows == 0)  // no rows: zero parameter gradients
+          return TensorList{dx, gw ? Tensor::zeros({C}, dt, dev) : Tensor(),
+                            gb ? Tensor::zeros({C}, dt, dev) : Tensor()};
+        Tensor dw = gw ? Tensor::empty({C}, dt, dev) : Tensor();
+        Tensor db = gb ? Tensor::empty({C}, dt, dev) : Tensor();
+        Tensor gc = cuda_grad("layer_norm", g[0], dt, dev);
+        Tensor work = gw || gb ? cuda_workspace(kcu::layer_norm_backward_workspace_bytes(rows, C), dev) : Tensor();
+        kcu::layer_norm_backward(dt, rows, C, xs.raw_data(), wc.defined() ? wc.raw_data() : nullptr,
+                                 mean.data<float>(), rstd.data<float>(), gc.raw_data(), gx ? dx.raw_data() : nullptr,
+                                 gw ? dw.raw_data() : nullptr, gb ? db.raw_data() : nullptr,
+                                 work.defined() ? work.raw_data() : nullptr);
+        return TensorList{dx, dw, db};
+      });
+}
+
+// Softmax over the last dim (softmax() moves other dims last first).
+Tensor softmax_lastdim_cuda(const Tensor& x) {
+  const int64_t C = x.size(-1), rows = C == 0 ? 0 : x.numel() / C;
+  Tensor xc = dense(x);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (rows == 0) return out;
+  kcu::softmax_forward(x.dtype(), rows, C, xc.raw_data(), out.raw_data());
+  return autograd::record("softmax", {x}, out, [y = out.detach(), rows, C](const TensorList& g) {
+    Tensor gc = cuda_grad("softmax", g[0], y.dtype(), y.device());
+    Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
+    kcu::softmax_backward(y.dtype(), rows, C, y.raw_data(), gc.raw_data(), dx.raw_data());
+    return TensorList{dx};
+  });
+}
+
+Tensor embedding_cuda(const Tensor& weight, const Tensor& ids) {
+  check_index_dtype("embedding", ids, "ids");
+  check_same_device(weight, ids, "embedding");
+  ZDL_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [V, C], got weight shape=", shape_str(weight.shape()),
+            " (ids shape=", shape_str(ids.shape()), ")");
+  const int64_t V = weight.size(0), C = weight.size(1), n = ids.numel();
+  const Device dev = weight.device();
+  Tensor idc = dense(ids).detach();
+  Tensor wc = dense(weight);
+  if (n > 0) {
+    Tensor work = cuda_workspace(kcu::kIndexScanWorkspaceBytes, dev);
+    kcu::IndexScan scan = kcu::scan_indices(ids.dtype(), n, idc.raw_data(), V, false, 0, work.raw_data());
+    ZDL_CHECK(scan.first_bad < 0, "embedding: id ", scan.bad_value, " at flat position ", scan.first_bad,
+              " is out of range [0, V=", V, ") (weight shape=", shape_str(weight.shape()),
+              ", ids shape=", shape_str(ids.shape()), ")");
+  }
+  Shape out_shape = ids.shape();
+  out_shape.push_back(C);  // [S..., C]
+  Tensor out = Tensor::empty(out_shape, weight.dtype(), dev);
+  if (out.numel() > 0)
+    kcu::embedding_forward(weight.dtype(), ids.dtype(), n, C, wc.raw_data(), idc.raw_data(), out.raw_data());
+  // dweight[v] = sum over {s : ids[s] == v} of dout[s], summed in position order (deterministic)
+  return autograd::record("embedding", {weight}, out, [idc, V, C, dt = weight.dtype(), dev](const TensorList& g) {
+    Tensor dw = Tensor::empty({V, C}, dt, dev);
+    if (dw.numel() == 0) return TensorList{dw};
+    Tensor gc = cuda_grad("embedding", g[0], dt, dev);
+    const int64_t n = idc.numel();
+    const size_t bytes = kcu::embedding_backward_workspace_bytes(n, V);
+    Tensor work = bytes ? cuda_workspace(bytes, dev) : Tensor();
+    kcu::embedding_backward(dt, idc.dtype(), n, V, C, idc.raw_data(), gc.raw_data(), dw.raw_data(),
+                            work.defined() ? work.raw_data() : nullptr, bytes);
+    return TensorList{dw};
+  });
+}
+
+Tensor cross_entropy_cuda(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  check_index_dtype("cross_entropy", targets, "targets");
+  check_same_device(logits, targets, "cross_entropy");
+  ZDL_CHECK(logits.dim() == 2 && targets.dim() == 1 && logits.size(0) == targets.size(0),
+            "cross_entropy: expected logits [N, V] and targets [N], got logits shape=", shape_str(logits.shape()),
+            " and targets shape=", shape_str(targets.shape()));
+  const int64_t N = logits.size(0), V = logits.size(1);
+  const Device dev = logits.device();
+  Tensor lc = dense(logits);
+  Tensor tc = dense(targets).detach();
+  int64_t count = 0;
+  if (N > 0) {
+    Tensor work = cuda_workspace(kcu::kIndexScanWorkspaceBytes, dev);
+    kcu::IndexScan scan = kcu::scan_indices(targets.dtype(), N, tc.raw_data(), V, true, ignore_index, work.raw_data());
+    ZDL_CHECK(scan.first_bad < 0, "cross_entropy: target ", scan.bad_value, " at row ", scan.first_bad,
+              " is out of range [0, V=", V, ") and is not ignore_index=", ignore_index,
+              " (logits shape=", shape_str(logits.shape()), ", targets shape=", shape_str(targets.shape()), ")");
+    count = scan.count;
+  }
+  Tensor row_max = Tensor::empty({N}, DType::F32, dev);  // (N,)
+  Tensor row_lse = Tensor::empty({N}, DType::F32, dev);  // (N,) log sum exp(x - max)
+  Tensor out = Tensor::empty({}, DType::F32, dev);       // the mean loss, f32 for f32 and bf16 logits
+  {
+    Tensor row_loss = cuda_workspace(static_cast<size_t>(N) * sizeof(float), dev);
+    kcu::cross_entropy_forward(logits.dtype(), targets.dtype(), N, V, lc.raw_data(), tc.raw_data(), ignore_index,
+                               count, row_max.data<float>(), row_lse.data<float>(),
+                               N > 0 ? static_cast<float*>(row_loss.raw_data()) : nullptr, out.data<float>());
+  }
+  // dloss/dx[n, v] = (softmax(x_n)_v - [v == t_n]) * dloss / count, from the saved max and lse
+  return autograd::record(
+      "cross_entropy", {logits}, out,
+      [xs = lc.detach(), tc, row_max, row_lse, ignore_index, count, N, V](const TensorList& g) {
+        if (N * V == 0 || count == 0) return TensorList{Tensor::zeros({N, V}, xs.dtype(), xs.device())};
+        Tensor gl = cuda_grad("cross_entropy", g[0], DType::F32, xs.device());
+        Tensor dl = Tensor::empty({N, V}, xs.dtype(), xs.device());
+        kcu::cross_entropy_backward(xs.dtype(), tc.dtype(), N, V, xs.raw_data(), tc.raw_data(), ignore_index,
+                                    row_max.data<float>(), row_lse.data<float>(), gl.data<float>(), count,
+                                    dl.raw_data());
+        return TensorList{dl};
+      });
+}
+
+// Arguments checked by dropout; training with p > 0.
+Tensor dropout_cuda(const Tensor& x, double p, uint64_t seed, uint64_t stream) {
+  Tensor xc = dense(x);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (out.numel() == 0) return out;
+  kcu::dropout_forward(x.dtype(), xc.numel(), xc.raw_data(), p, seed, stream, out.raw_data());
+  // The same mask, regenerated from (seed, stream, i), bit-identical to the CPU's.
+  const DType dt = x.dtype();
+  const Device dev = x.device();
+  return autograd::record("dropout", {x}, out, [p, seed, stream, dt, dev](const TensorList& g) {
+    Tensor gc = cuda_grad("dropout", g[0], dt, dev);
+    Tensor dx = Tensor::empty(gc.shape(), dt, dev);
+    kcu::dropout_backward(dt, gc.numel(), gc.raw_data(), p, seed, stream, dx.raw_data());
+    return TensorList{dx};
+  });
+}
+#endif  // ZDL_WITH_CUDA
+
 }  // namespace
 
 // ---- gelu ----
 
 Tensor gelu(const Tensor& x) {
   if (bf16_on_cpu("gelu", {&x})) return to_bf16(gelu(to_f32(x)));
+#ifdef ZDL_WITH_CUDA
+  if (on_cuda("gelu", x)) return gelu_cuda(x);
+#endif
   check_cpu("gelu", x);
   Tensor xc = dense(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -89,12 +290,15 @@ Tensor gelu(const Tensor& x) {
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   check_float_args("layer_norm", {&x});
-  check_cpu("layer_norm", x);
   ZDL_CHECK(x.dim() >= 1 && x.size(-1) > 0, "layer_norm: x needs a non-empty last dim, got shape=",
             shape_str(x.shape()));
   ZDL_CHECK(eps >= 0.0, "layer_norm: eps must be >= 0, got ", eps);
   check_ln_param(weight, "weight", x);
   check_ln_param(bias, "bias", x);
+#ifdef ZDL_WITH_CUDA
+  if (on_cuda("layer_norm", x)) return layer_norm_cuda(x, weight, bias, eps);
+#endif
+  check_cpu("layer_norm", x);
   if (bf16_on_cpu("layer_norm", {&x})) return to_bf16(layer_norm(to_f32(x), to_f32(weight), to_f32(bias), eps));
   const int64_t C = x.size(-1), rows = x.numel() / C;
   Tensor xc = dense(x);
@@ -141,12 +345,15 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 
 Tensor softmax(const Tensor& x, int64_t dim) {
   if (bf16_on_cpu("softmax", {&x})) return to_bf16(softmax(to_f32(x), dim));
-  check_cpu("softmax", x);
   ZDL_CHECK(x.dim() >= 1, "softmax: needs at least one dimension, got shape=", shape_str(x.shape()));
   const int64_t d = x.wrap_dim(dim);
   // Other dims: move `d` last, use the row kernel, move it back (the transposes carry the
   // gradient). The result is made contiguous so callers get the usual layout.
   if (d != x.dim() - 1) return contiguous(transpose(softmax(transpose(x, d, -1), -1), d, -1));
+#ifdef ZDL_WITH_CUDA
+  if (on_cuda("softmax", x)) return softmax_lastdim_cuda(x);
+#endif
+  check_cpu("softmax", x);
   const int64_t C = x.size(-1), rows = C == 0 ? 0 : x.numel() / C;
   Tensor xc = dense(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -171,8 +378,12 @@ Tensor softmax(const Tensor& x, int64_t dim) {
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   if (bf16_on_cpu("embedding", {&weight})) return to_bf16(embedding(to_f32(weight), ids));
+#ifdef ZDL_WITH_CUDA
+  if (on_cuda("embedding", weight)) return embedding_cuda(weight, ids);
+#endif
   check_cpu("embedding", weight);
-  check_index_arg("embedding", ids, "ids");
+  check_index_dtype("embedding", ids, "ids");
+  check_same_device(weight, ids, "embedding");  // both on the CPU: weight was checked
   ZDL_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [V, C], got weight shape=", shape_str(weight.shape()),
             " (ids shape=", shape_str(ids.shape()), ")");
   const int64_t V = weight.size(0), C = weight.size(1), n = ids.numel();
@@ -220,8 +431,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   // bf16 logits: the loss stays f32 (as under PyTorch autocast, losses are reduced in f32);
   // the gradient w.r.t. the logits comes back bf16 through the cast.
   if (bf16_on_cpu("cross_entropy", {&logits})) return cross_entropy(to_f32(logits), targets, ignore_index);
+#ifdef ZDL_WITH_CUDA
+  if (on_cuda("cross_entropy", logits)) return cross_entropy_cuda(logits, targets, ignore_index);
+#endif
   check_cpu("cross_entropy", logits);
-  check_index_arg("cross_entropy", targets, "targets");
+  check_index_dtype("cross_entropy", targets, "targets");
+  check_same_device(logits, targets, "cross_entropy");  // both on the CPU: logits were checked
   ZDL_CHECK(logits.dim() == 2 && targets.dim() == 1 && logits.size(0) == targets.size(0),
             "cross_entropy: expected logits [N, V] and targets [N], got logits shape=", shape_str(logits.shape()),
             " and targets shape=", shape_str(targets.shape()));
@@ -279,9 +494,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 
 Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed, uint64_t stream) {
   check_float_args("dropout", {&x});
-  check_cpu("dropout", x);
   ZDL_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got p=", p, " (x shape=", shape_str(x.shape()), ")");
   if (!training || p == 0.0) return x;
+#ifdef ZDL_WITH_CUDA
+  if (on_cuda("dropout", x)) return dropout_cuda(x, p, seed, stream);
+#endif
+  check_cpu("dropout", x);
   // The mask depends only on (seed, stream, i), so the f32 detour drops the same elements.
   if (bf16_on_cpu("dropout", {&x})) return to_bf16(dropout(to_f32(x), p, training, seed, stream));
   Tensor xc = dense(x);

@@ -1,0 +1,149 @@
+#include <algorithm>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cross_entropy.h"
+
+namespace zdl::kernels::cuda {
+
+namespace {
+
+constexpr int kRowBlock = 512;  // threads per row (V = 50304: ~98 elements per thread)
+
+__device__ __forceinline__ double warp_sum_f64(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Fixed-order f64 sum over the block (blockDim.x a multiple of 32); every thread gets it.
+__device__ __forceinline__ double block_sum_f64(double v, double* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_sum_f64(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : 0.0;
+  return warp_sum_f64(v);
+}
+
+// Block per row n (grid-stride). The target check and the row loop bound are the same for
+// the whole block, so every thread reaches the block reductions.
+template <class T, class I>
+__global__ void ce_forward_kernel(int64_t N, int64_t V, const T* logits, const I* targets, int64_t ignore_index,
+                                  float* row_max, float* row_lse, float* row_loss) {
+  __shared__ float scratch[32];
+  __shared__ double scratch_d[32];
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const int64_t t = static_cast<int64_t>(targets[n]);
+    if (t == ignore_index) {
+      if (threadIdx.x == 0) row_max[n] = row_lse[n] = row_loss[n] = 0.0f;
+      continue;
+    }
+    const T* x = logits + n * V;
+    float mx = -INFINITY;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, to_f(x[v]));
+    mx = block_max(mx, scratch);
+    double s = 0.0;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) s += static_cast<double>(expf(to_f(x[v]) - mx));
+    s = block_sum_f64(s, scratch_d);
+    if (threadIdx.x == 0) {
+      const double lse = log(s);
+      row_max[n] = mx;
+      row_lse[n] = static_cast<float>(lse);
+      // -log p_t = max + lse - x_t
+      row_loss[n] = static_cast<float>(static_cast<double>(mx) + lse - static_cast<double>(to_f(x[t])));
+    }
+  }
+}
+
+// loss[0] = (sum of row_loss in a fixed order) / count. One block.
+__global__ void ce_mean_kernel(int64_t N, const float* row_loss, int64_t count, float* loss) {
+  __shared__ double scratch[32];
+  double s = 0.0;
+  for (int64_t n = threadIdx.x; n < N; n += blockDim.x) s += static_cast<double>(row_loss[n]);
+  s = block_sum_f64(s, scratch);
+  if (threadIdx.x == 0) loss[0] = count > 0 ? static_cast<float>(s / static_cast<double>(count)) : 0.0f;
+}
+
+// dlogits[n, v] = s * exp(x - max - lse) - s [v == t], s = dloss / count. Block per row.
+template <class T, class I>
+__global__ void ce_backward_kernel(int64_t N, int64_t V, const T* logits, const I* targets, int64_t ignore_index,
+                                   const float* row_max, const float* row_lse, const float* dloss, int64_t count,
+                                   T* dlogits) {
+  const float s = static_cast<float>(static_cast<double>(dloss[0]) / static_cast<double>(count));
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    T* d = dlogits + n * V;
+    const int64_t t = static_cast<int64_t>(targets[n]);
+    if (t == ignore_index) {
+      for (int64_t v = threadIdx.x; v < V; v += blockDim.x) d[v] = from_f<T>(0.0f);
+      continue;
+    }
+    const T* x = logits + n * V;
+    const float shift = row_max[n] + row_lse[n];
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+      float g = __fmul_rn(s, expf(to_f(x[v]) - shift));  // no fma: s p - s rounds as the CPU's two steps
+      if (v == t) g -= s;
+      d[v] = from_f<T>(g);
+    }
+  }
+}
+
+unsigned rows_grid(int64_t rows) { return static_cast<unsigned>(std::clamp<int64_t>(rows, 1, 65535 * 16)); }
+
+template <class F>
+void dispatch_ids(DType idtype, const char* what, F&& f) {
+  if (idtype == DType::I32) f(int32_t{});
+  else if (idtype == DType::I64) f(int64_t{});
+  else ZDL_CHECK(false, what, ": targets must be i32 or i64, got ", dtype_name(idtype));
+}
+
+}  // namespace
+
+void cross_entropy_forward(DType dtype, DType idtype, int64_t N, int64_t V, const void* logits, const void* targets,
+                           int64_t ignore_index, int64_t count, float* row_max, float* row_lse, float* row_loss,
+                           float* loss) {
+  cudaStream_t s = compute_stream();
+  if (N > 0 && count > 0) {
+    ZDL_CHECK(V > 0, "cross_entropy (cuda): V must be > 0 when rows are not ignored, got V=", V);
+    auto run = [&](auto tag) {
+      using T = decltype(tag);
+      dispatch_ids(idtype, "cross_entropy (cuda)", [&](auto itag) {
+        using I = decltype(itag);
+        ce_forward_kernel<T, I><<<rows_grid(N), kRowBlock, 0, s>>>(N, V, static_cast<const T*>(logits),
+                                                                   static_cast<const I*>(targets), ignore_index,
+                                                                   row_max, row_lse, row_loss);
+        ZDL_CUDA_CHECK_LAUNCH();
+      });
+    };
+    ZDL_CUDA_DISPATCH_FLOAT(dtype, "cross_entropy (cuda)", run);
+    ce_mean_kernel<<<1, 1024, 0, s>>>(N, row_loss, count, loss);
+    ZDL_CUDA_CHECK_LAUNCH();
+  } else {
+    if (N > 0) {
+      ZDL_CUDA_CHECK(cudaMemsetAsync(row_max, 0, static_cast<size_t>(N) * sizeof(float), s));
+      ZDL_CUDA_CHECK(cudaMemsetAsync(row_lse, 0, static_cast<size_t>(N) * sizeof(float), s));
+      ZDL_CUDA_CHECK(cudaMemsetAsync(row_loss, 0, static_cast<size_t>(N) * sizeof(float), s));
+    }
+    ZDL_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof(float), s));  // all rows ignored: 0, not NaN
+  }
+}
+
+void cross_entropy_backward(DType dtype, DType idtype, int64_t N, int64_t V, const void* logits, const void* targets,
+                            int64_t ignore_index, const float* row_max, const float* row_lse, const float* dloss,
+                            int64_t count, void* dlogits) {
+  if (N <= 0 || V <= 0) return;
+  ZDL_CHECK(count > 0, "cross_entropy backward (cuda): count must be > 0 (all-ignored batches have zero gradient)");
+  cudaStream_t s = compute_stream();
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    dispatch_ids(idtype, "cross_entropy backward (cuda)", [&](auto itag) {
+      using I = decltype(itag);
+      ce_backward_kernel<T, I><<<rows_grid(N), kRowBlock, 0, s>>>(
+          N, V, static_cast<const T*>(logits), static_cast<const I*>(targets), ignore_index, row_max, row_lse, dloss,
+          count, static_cast<T*>(dlogits));
+      ZDL_CUDA_CHECK_LAUNCH();
+    });
+  };
+  ZDL_CUDA_DISPATCH_FLOAT(dtype, "cross_entropy backward (cuda)", run);
+}
+
+}  // namespace zdl::kernels::cuda

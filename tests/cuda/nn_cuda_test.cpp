@@ -1,0 +1,293 @@
+// CUDA nn ops (gelu, layer_norm, softmax, embedding, cross_entropy, dropout) against the CPU
+// ops on the same inputs: outputs and input gradients, f32 (relative 1e-5) and bf16 (1e-2),
+// odd sizes, determinism (bit-equal runs), dropout's mask bit for bit, and the CPU's errors
+// for bad ids/targets. Every test skips where no GPU is visible.
+//
+// bf16 references are the CPU ops on the same bf16 tensors (they compute in f32 and round
+// once, as the CUDA kernels do), so the two sides differ by about one bf16 rounding.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "core/rng.h"
+#include "cuda_compare.h"
+#include "kernels/cpu/dropout.h"
+#include "kernels/cuda/dropout.h"
+
+namespace zdl {
+
+using cuda_test::bytes_of;
+using cuda_test::error_text;
+using cuda_test::expect_bit_equal;
+using cuda_test::expect_close;
+using cuda_test::OpRun;
+using cuda_test::rel_diff;
+using cuda_test::run_op;
+using cuda_test::tolerance;
+
+namespace {
+
+const Device kCpu = Device::cpu();
+
+Device gpu() { return Device::cuda(); }
+
+std::string name(DType dt) { return dtype_name(dt); }
+
+// n ids in [0, V) from Philox (seeded), as an index tensor of `shape`.
+Tensor random_ids(const Shape& shape, int64_t V, uint64_t seed, DType dt = DType::I64) {
+  std::vector<int64_t> v(static_cast<size_t>(numel_of(shape)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(Philox::block(seed, 0, i)[0] % V);
+  return Tensor::from_vector(v, shape, dt);
+}
+
+Tensor randn(const Shape& shape, uint64_t seed, DType dt, double stddev = 1.0, double mean = 0.0) {
+  return Tensor::randn(shape, seed, dt, kCpu, 0, mean, stddev);
+}
+
+}  // namespace
+
+// ---------------- gelu ----------------
+
+TEST(CudaNn, GeluMatchesCpu) {
+  ZDL_REQUIRE_GPU();
+  auto f = [](const std::vector<Tensor>& in) { return gelu(in[0]); };
+  for (DType dt : {DType::F32, DType::BF16})
+    for (int64_t n : {1, 7, 4257, 100003}) {
+      Tensor x = randn({n}, 1, dt, 3.0);  // covers the flat tails and the curved middle
+      expect_close(run_op(f, {x}, gpu()), run_op(f, {x}, kCpu), tolerance(dt),
+                   "gelu " + name(dt) + " n=" + std::to_string(n));
+    }
+}
+
+// ---------------- layer_norm ----------------
+
+TEST(CudaNn, LayerNormMatchesCpu) {
+  ZDL_REQUIRE_GPU();
+  auto f = [](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2], 1e-5); };
+  for (DType dt : {DType::F32, DType::BF16})
+    for (int64_t rows : {1, 7, 129})
+      for (int64_t C : {1, 33, 769}) {
+        // A non-zero mean exercises the two-pass statistics.
+        Tensor x = randn({1, rows, C}, 2, dt, 2.0, 0.5);
+        Tensor w = randn({C}, 3, dt, 1.0, 1.0), b = randn({C}, 4, dt);
+        expect_close(run_op(f, {x, w, b}, gpu()), run_op(f, {x, w, b}, kCpu), tolerance(dt),
+                     "layer_norm " + name(dt) + " rows=" + std::to_string(rows) + " C=" + std::to_string(C));
+      }
+}
+
+TEST(CudaNn, LayerNormWithoutAffineParametersMatchesCpu) {
+  ZDL_REQUIRE_GPU();
+  auto plain = [](const std::vector<Tensor>& in) { return layer_norm(in[0], Tensor(), Tensor(), 1e-5); };
+  auto weight_only = [](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], Tensor(), 1e-3); };
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Tensor x = randn({7, 33}, 5, dt), w = randn({33}, 6, dt);
+    expect_close(run_op(plain, {x}, gpu()), run_op(plain, {x}, kCpu), tolerance(dt), "layer_norm plain " + name(dt));
+    expect_close(run_op(weight_only, {x, w}, gpu()), run_op(weight_only, {x, w}, kCpu), tolerance(dt),
+                 "layer_norm weight only " + name(dt));
+  }
+}
+
+TEST(CudaNn, LayerNormBackwardIsDeterministic) {
+  ZDL_REQUIRE_GPU();
+  // Enough rows for many row chunks in the dweight/dbias reduction.
+  auto f = [](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2], 1e-5); };
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Tensor x = randn({4099, 769}, 7, dt), w = randn({769}, 8, dt), b = randn({769}, 9, dt);
+    expect_bit_equal(run_op(f, {x, w, b}, gpu()), run_op(f, {x, w, b}, gpu()), "layer_norm " + name(dt));
+  }
+}
+
+// ---------------- softmax ----------------
+
+TEST(CudaNn, SoftmaxMatchesCpu) {
+  ZDL_REQUIRE_GPU();
+  auto f = [](const std::vector<Tensor>& in) { return softmax(in[0], -1); };
+  for (DType dt : {DType::F32, DType::BF16}) {
+    for (int64_t rows : {1, 7, 129})
+      for (int64_t C : {1, 33, 769, 1025}) {  // 1025: the block-per-row kernel
+        Tensor x = randn({rows, C}, 10, dt, 3.0);
+        expect_close(run_op(f, {x}, gpu()), run_op(f, {x}, kCpu), tolerance(dt),
+                     "softmax " + name(dt) + " rows=" + std::to_string(rows) + " C=" + std::to_string(C));
+      }
+    Tensor wide = randn({3, 50304}, 11, dt, 3.0);
+    expect_close(run_op(f, {wide}, gpu()), run_op(f, {wide}, kCpu), tolerance(dt), "softmax " + name(dt) + " C=50304");
+  }
+}
+
+TEST(CudaNn, SoftmaxIsDeterministic) {
+  ZDL_REQUIRE_GPU();
+  auto f = [](const std::vector<Tensor>& in) { return softmax(in[0], -1); };
+  for (int64_t C : {769, 50304}) {
+    Tensor x = randn({65, C}, 12, DType::F32, 3.0);
+    expect_bit_equal(run_op(f, {x}, gpu()), run_op(f, {x}, gpu()), "softmax C=" + std::to_string(C));
+  }
+}
+
+// ---------------- embedding ----------------
+
+TEST(CudaNn, EmbeddingMatchesCpuBitForBit) {
+  ZDL_REQUIRE_GPU();
+  // The CUDA backward sums each id's rows in position order in f32, the CPU twin's order, so
+  // f32 gradients are bit-identical; bf16 ones too (both round the same f32 sum once).
+  auto f = [](const std::vector<Tensor>& in) { return embedding(in[0], in[1]); };
+  for (DType dt : {DType::F32, DType::BF16})
+    for (DType it : {DType::I32, DType::I64})
+      for (int64_t V : {1, 257})
+        for (int64_t C : {1, 33, 769})
+          for (Shape ids_shape : {Shape{1}, Shape{7}, Shape{3, 43}}) {
+            Tensor w = randn({V, C}, 13, dt);
+            Tensor ids = random_ids(ids_shape, V, 14, it);
+            std::string what = "embedding " + name(dt) + " " + name(it) + " V=" + std::to_string(V) +
+                               " C=" + std::to_string(C) + " ids=" + shape_str(ids_shape);
+            OpRun g = run_op(f, {w, ids}, gpu()), c = run_op(f, {w, ids}, kCpu);
+            expect_close(g, c, tolerance(dt), what);
+            expect_bit_equal(g, c, what);
+          }
+}
+
+TEST(CudaNn, EmbeddingBackwardIsDeterministicWithRepeatedIds) {
+  ZDL_REQUIRE_GPU();
+  // 20000 lookups of 7 rows: long runs of the same id (the hot-token case).
+  auto f = [](const std::vector<Tensor>& in) { return embedding(in[0], in[1]); };
+  Tensor w = randn({7, 65}, 15, DType::F32);
+  Tensor ids = random_ids({4, 5000}, 7, 16);
+  OpRun a = run_op(f, {w, ids}, gpu()), b = run_op(f, {w, ids}, gpu());
+  expect_bit_equal(a, b, "embedding twice on the GPU");
+  expect_bit_equal(a, run_op(f, {w, ids}, kCpu), "embedding GPU vs CPU");
+}
+
+TEST(CudaNn, EmbeddingBadIdGivesTheCpuError) {
+  ZDL_REQUIRE_GPU();
+  Tensor w = randn({257, 33}, 17, DType::F32);
+  Tensor wg = w.to(gpu());
+  for (DType it : {DType::I32, DType::I64})
+    for (std::vector<int64_t> v : {std::vector<int64_t>{0, 3, 300, 2, -1}, std::vector<int64_t>{-1, 5, 257},
+                                   std::vector<int64_t>{4, 2, 1, 257}}) {
+      Tensor ids = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, it);
+      std::string cpu = error_text([&] { embedding(w, ids); });
+      std::string cuda = error_text([&] { embedding(wg, ids.to(gpu())); });
+      EXPECT_FALSE(cpu.empty());
+      EXPECT_EQ(cuda, cpu);
+    }
+  // Ids on another device than the weight: the message names both devices.
+  std::string msg = error_text([&] { embedding(wg, random_ids({3}, 257, 1)); });
+  EXPECT_NE(msg.find("cuda:0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cpu"), std::string::npos) << msg;
+}
+
+// ---------------- cross_entropy ----------------
+
+TEST(CudaNn, CrossEntropyMatchesCpu) {
+  ZDL_REQUIRE_GPU();
+  // f32 at 1e-5 also for V = 50304: the kernels add the exponentials in f64 (as the CPU twin),
+  // so lse carries f32 rounding only.
+  for (DType dt : {DType::F32, DType::BF16})
+    for (DType it : {DType::I32, DType::I64})
+      for (int64_t ignore : {-1, -100})
+        for (int64_t N : {1, 7, 129})
+          for (int64_t V : {1, 257, 50304}) {
+            if (V == 50304 && (it == DType::I32 || ignore == -100)) continue;  // keep the CPU side quick
+            Tensor logits = randn({N, V}, 18, dt, 2.0);
+            std::vector<int64_t> t = random_ids({N}, V, 19).to_int_vector();
+            for (int64_t n = 2; n < N; n += 3) t[static_cast<size_t>(n)] = ignore;  // some ignored rows
+            Tensor targets = Tensor::from_vector(t, {N}, it);
+            auto f = [ignore](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1], ignore); };
+            expect_close(run_op(f, {logits, targets}, gpu()), run_op(f, {logits, targets}, kCpu), tolerance(dt),
+                         "cross_entropy " + name(dt) + " " + name(it) + " ignore=" + std::to_string(ignore) +
+                             " N=" + std::to_string(N) + " V=" + std::to_string(V));
+          }
+}
+
+TEST(CudaNn, CrossEntropyAllIgnoredIsZero) {
+  ZDL_REQUIRE_GPU();
+  auto f = [](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1], -1); };
+  Tensor logits = randn({5, 257}, 20, DType::F32);
+  Tensor targets = Tensor::from_vector(std::vector<int64_t>(5, -1), {5}, DType::I64);
+  OpRun g = run_op(f, {logits, targets}, gpu());
+  EXPECT_EQ(g.out.item(), 0.0);
+  for (double v : g.grads[0].to_vector()) ASSERT_EQ(v, 0.0);
+  expect_bit_equal(g, run_op(f, {logits, targets}, kCpu), "all ignored");
+}
+
+TEST(CudaNn, CrossEntropyBadTargetGivesTheCpuError) {
+  ZDL_REQUIRE_GPU();
+  Tensor logits = randn({6, 257}, 21, DType::F32);
+  Tensor lg = logits.to(gpu());
+  for (DType it : {DType::I32, DType::I64})
+    for (std::vector<int64_t> v : {std::vector<int64_t>{0, -1, 5, 257, 3, -7}, std::vector<int64_t>{-1, -2, 0, 1, 2, 3},
+                                   std::vector<int64_t>{1, 2, 3, 4, 5, 1000}}) {
+      Tensor targets = Tensor::from_vector(v, {6}, it);
+      std::string cpu = error_text([&] { cross_entropy(logits, targets, -1); });
+      std::string cuda = error_text([&] { cross_entropy(lg, targets.to(gpu()), -1); });
+      EXPECT_FALSE(cpu.empty());
+      EXPECT_EQ(cuda, cpu);
+    }
+  Tensor cpu_targets = Tensor::from_vector(std::vector<int64_t>(6, 0), {6}, DType::I64);
+  std::string msg = error_text([&] { cross_entropy(lg, cpu_targets, -1); });
+  EXPECT_NE(msg.find("cuda:0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cpu"), std::string::npos) << msg;
+}
+
+TEST(CudaNn, CrossEntropyIsDeterministic) {
+  ZDL_REQUIRE_GPU();
+  auto f = [](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1], -1); };
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Tensor logits = randn({257, 50304}, 22, dt, 2.0);
+    Tensor targets = random_ids({257}, 50304, 23);
+    expect_bit_equal(run_op(f, {logits, targets}, gpu()), run_op(f, {logits, targets}, gpu()),
+                     "cross_entropy " + name(dt));
+  }
+}
+
+// ---------------- dropout ----------------
+
+TEST(CudaNn, DropoutMatchesCpuBitForBit) {
+  ZDL_REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::BF16})
+    for (double p : {0.1, 0.5, 0.9, 1.0 / 3.0})
+      for (int64_t n : {1, 7, 100003}) {
+        auto f = [p](const std::vector<Tensor>& in) { return dropout(in[0], p, true, 42, 7); };
+        Tensor x = randn({n}, 24, dt);
+        std::string what = "dropout " + name(dt) + " p=" + std::to_string(p) + " n=" + std::to_string(n);
+        OpRun g = run_op(f, {x}, gpu());
+        expect_bit_equal(g, run_op(f, {x}, kCpu), what);
+        if (n == 100003) {  // the mask is not trivial: about p of the elements are dropped
+          int64_t zeros = 0;
+          for (double v : g.out.to_vector()) zeros += v == 0.0;
+          EXPECT_NEAR(static_cast<double>(zeros) / static_cast<double>(n), p, 0.01) << what;
+        }
+      }
+}
+
+TEST(CudaNn, DropoutKernelSliceEqualsTheWholeTensorsSlice) {
+  ZDL_REQUIRE_GPU();
+  // kernels/cuda/dropout.h with an offset: the mask of elements [off, off + m) of a tensor,
+  // bit-identical to the CPU twin with the same offset.
+  const int64_t off = 1000003, m = 4097;
+  Tensor x = randn({m}, 25, DType::F32);
+  Tensor xg = x.to(gpu()), outg = Tensor::empty({m}, DType::F32, gpu());
+  kernels::cuda::dropout_forward(DType::F32, m, xg.raw_data(), 0.3, 5, 6, outg.raw_data(), off);
+  Tensor out = Tensor::empty({m}, DType::F32);
+  kernels::cpu::dropout_forward<float>(m, x.data<float>(), 0.3, 5, 6, out.data<float>(), off);
+  EXPECT_TRUE(bytes_of(outg) == bytes_of(out));
+}
+
+// ---------------- errors ----------------
+
+TEST(CudaNn, UnsupportedDtypesAndMixedDevicesThrow) {
+  ZDL_REQUIRE_GPU();
+  Tensor x64 = randn({3, 4}, 26, DType::F64).to(gpu());
+  std::string msg = error_text([&] { gelu(x64); });
+  EXPECT_NE(msg.find("f64"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("CUDA"), std::string::npos) << msg;
+  // layer_norm with x on the GPU and its weight on the CPU names both devices.
+  Tensor x = randn({3, 4}, 27, DType::F32).to(gpu());
+  msg = error_text([&] { layer_norm(x, randn({4}, 28, DType::F32), Tensor()); });
+  EXPECT_NE(msg.find("cuda:0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cpu"), std::string::npos) << msg;
+}
+
+}  // namespace zdl
