@@ -131,6 +131,16 @@ Tensor cuda_div_grad_b(const Tensor& g, const Tensor& a, const Tensor& b) {
 #endif
 }
 
+// [Note: bf16 broadcast gradients] The gradient of a broadcast operand of mul/div is a sum of
+// products (sum_to). Rounding every product to bf16 before summing would make the sum's error
+// grow with its cancellation (a few percent of a small result), so on CUDA, when a bf16 operand
+// was broadcast, the products are formed and summed in f32 and rounded to bf16 once, as the
+// CPU's f32 detour does. Same-shape operands need no sum: their native bf16 product is already
+// rounded once.
+bool broadcast_bf16_on_cuda(const Tensor& g, const Shape& sa, const Shape& sb) {
+  return g.device().is_cuda() && g.dtype() == DType::BF16 && (sa != g.shape() || sb != g.shape());
+}
+
 // Records a unary op whose backward runs cuda_unary_grad (CUDA inputs only).
 Tensor record_cuda_unary(const char* name, UnaryOp op, const Tensor& a, const Tensor& out, double s = 0.0) {
   return autograd::record(name, {a}, out, [op, a, s](const TensorList& g) {
@@ -164,6 +174,9 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   // d(ab)/da = b, d(ab)/db = a
   bool ga = a.requires_grad(), gb = b.requires_grad();
   return autograd::record("mul", {a, b}, out, [a, b, ga, gb](const TensorList& g) {
+    if (broadcast_bf16_on_cuda(g[0], a.shape(), b.shape()))  // see [Note: bf16 broadcast gradients]
+      return TensorList{ga ? cast(sum_to(mul(to_f32(g[0]), to_f32(b)), a.shape()), DType::BF16) : Tensor(),
+                        gb ? cast(sum_to(mul(to_f32(g[0]), to_f32(a)), b.shape()), DType::BF16) : Tensor()};
     return TensorList{ga ? sum_to(mul(g[0], b), a.shape()) : Tensor(), gb ? sum_to(mul(g[0], a), b.shape()) : Tensor()};
   });
 }
@@ -174,6 +187,10 @@ Tensor div(const Tensor& a, const Tensor& b) {
   // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 = -out/b
   bool ga = a.requires_grad(), gb = b.requires_grad();
   return autograd::record("div", {a, b}, out, [a, b, o = out.detach(), ga, gb](const TensorList& g) {
+    if (broadcast_bf16_on_cuda(g[0], a.shape(), b.shape()))  // see [Note: bf16 broadcast gradients]
+      return TensorList{ga ? cast(sum_to(div(to_f32(g[0]), to_f32(b)), a.shape()), DType::BF16) : Tensor(),
+                        gb ? cast(sum_to(cuda_div_grad_b(to_f32(g[0]), to_f32(a), to_f32(b)), b.shape()), DType::BF16)
+                           : Tensor()};
     if (g[0].device().is_cuda())  // the b-gradient in one kernel (one bf16 rounding)
       return TensorList{ga ? sum_to(div(g[0], b), a.shape()) : Tensor(),
                         gb ? sum_to(cuda_div_grad_b(g[0], a, b), b.shape()) : Tensor()};
