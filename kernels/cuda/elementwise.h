@@ -67,8 +67,7 @@ void scale(DType dtype, int64_t n, void* x, double s);
 void cast(DType from, DType to, int64_t n, const void* in, void* out);
 
 // out[r, :] = row[:] for r < rows: out row-major [rows, cols] (contiguous), row [cols]
-// contiguous. The twin of cpu::fill_rows (linear's bias when the fused GEMM epilogue is not
-// used).
+// contiguous. The twin of cpu::fill_rows: rows written before a GEMM accumulates onto them.
 void fill_rows(DType dtype, int64_t rows, int64_t cols, const void* row, void* out);
 
 }  // namespace zdl::kernels::cuda

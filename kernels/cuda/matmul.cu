@@ -100,14 +100,20 @@ struct Plan {
 class GemmContext {
  public:
   explicit GemmContext(int device) : device_(Device::cuda(device)) {
-    ZDL_CUBLAS_CHECK(cublasLtCreate(&lt_));
-    // The workspace is a real allocation of the CUDA allocator, visible in the memory ledger.
+    // The workspace is a real allocation of the CUDA allocator, visible in the memory ledger (a
+    // memory cap refuses it like any other allocation, naming the Workspace category).
     memory_ledger().on_alloc(device_, MemoryCategory::Workspace, static_cast<int64_t>(kWorkspaceBytes));
     try {
       workspace_ = cuda_allocator().allocate(kWorkspaceBytes);
+      ZDL_CUBLAS_CHECK(cublasLtCreate(&lt_));
     } catch (...) {
+      if (workspace_) {
+        try {
+          cuda_allocator().deallocate(workspace_, kWorkspaceBytes);
+        } catch (...) {
+        }
+      }
       memory_ledger().on_free(device_, MemoryCategory::Workspace, static_cast<int64_t>(kWorkspaceBytes));
-      cublasLtDestroy(lt_);
       throw;
     }
   }
@@ -203,12 +209,12 @@ class GemmContext {
     int returned = 0;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, p->desc, p->lt_a, p->lt_b, p->lt_c, p->lt_c, pref, 1,
                                                        &result, &returned);
+    // Any failure here means "no cuBLASLt algorithm for this problem" (the arguments were checked
+    // already): classic cuBLAS takes it, and reports its own error if it cannot either.
     if (st == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS &&
         result.workspaceSize <= kWorkspaceBytes) {
       p->algo = result.algo;
       p->use_lt = true;
-    } else if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) {
-      ZDL_CUBLAS_CHECK(st);  // a real failure, not "no algorithm for this problem"
     }
     return p;
   }
