@@ -19,16 +19,36 @@ endif()
 # Sanitizers for every target (library, tests, programs): ZDL_SANITIZE=address,undefined or
 # thread. UB aborts (-fno-sanitize-recover) so a finding fails its test instead of printing
 # and passing; frame pointers and line tables keep the reports' stacks whole. C++ only: nvcc
-# takes none of these flags. The runtime options (LSan
-# suppressions for third-party frames) are set by the tests (tests/CMakeLists.txt).
+# takes none of these flags. The runtime options (ASAN/UBSAN/LSAN/TSAN_OPTIONS, suppressions
+# for third-party frames in tests/sanitizers/) are set by scripts/test.sh.
+#
+# Sanitized and fuzz builds are for checking, not for speed: they compile at ZDL_SANITIZE_OPT
+# (-O1, as OSS-Fuzz does), which is placed after the build type's -O3 and so wins. Measured on
+# 2 cores: instrumented objects compile 15-20% faster than at -O3, stacks keep more frames
+# (less inlining), and the whole CPU suite still runs in under a minute under ASan+UBSan.
 set(ZDL_SANITIZE "" CACHE STRING "Sanitizers for all targets, e.g. address,undefined or thread (empty: none)")
+set(ZDL_SANITIZE_OPT "-O1" CACHE STRING "Optimization flag of ZDL_SANITIZE and ZDL_FUZZ builds (empty: the build type's)")
+if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  set(zdl_line_tables -gline-tables-only)
+else()
+  set(zdl_line_tables -g1)
+endif()
+if(ZDL_SANITIZE AND ZDL_FUZZ)
+  message(FATAL_ERROR "ZDL_FUZZ=ON brings its own sanitizers (address,undefined); leave ZDL_SANITIZE empty")
+endif()
 if(ZDL_SANITIZE)
-  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${ZDL_SANITIZE};-fno-omit-frame-pointer;-gline-tables-only>")
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${ZDL_SANITIZE};-fno-omit-frame-pointer;${zdl_line_tables};${ZDL_SANITIZE_OPT}>")
   add_link_options(-fsanitize=${ZDL_SANITIZE})
   if(ZDL_SANITIZE MATCHES "undefined")
     add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize-recover=undefined>")
   endif()
-  message(STATUS "zerodl: sanitizers ${ZDL_SANITIZE}")
+  # libstdc++'s bounds checks (vector/string/span operator[], front/back on empty, ...): an index
+  # past size() but within capacity is invisible to ASan. No ABI change, so prebuilt GoogleTest
+  # links as usual.
+  if(ZDL_SANITIZE MATCHES "address")
+    add_compile_definitions("$<$<COMPILE_LANGUAGE:CXX>:_GLIBCXX_ASSERTIONS>")
+  endif()
+  message(STATUS "zerodl: sanitizers ${ZDL_SANITIZE} (${ZDL_SANITIZE_OPT})")
 endif()
 
 # libFuzzer targets (tests/fuzz/): with ZDL_FUZZ=ON only the fuzzers and the library are
@@ -39,7 +59,8 @@ if(ZDL_FUZZ)
   if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
     message(FATAL_ERROR "ZDL_FUZZ=ON needs clang (libFuzzer); configure with -DCMAKE_CXX_COMPILER=clang++")
   endif()
-  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link,address,undefined;-fno-sanitize-recover=undefined;-fno-omit-frame-pointer;-gline-tables-only>")
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link,address,undefined;-fno-sanitize-recover=undefined;-fno-omit-frame-pointer;-gline-tables-only;${ZDL_SANITIZE_OPT}>")
+  add_compile_definitions("$<$<COMPILE_LANGUAGE:CXX>:_GLIBCXX_ASSERTIONS>")
   add_link_options(-fsanitize=address,undefined)
-  message(STATUS "zerodl: fuzz build (libFuzzer + ASan + UBSan)")
+  message(STATUS "zerodl: fuzz build (libFuzzer + ASan + UBSan, ${ZDL_SANITIZE_OPT})")
 endif()
