@@ -76,10 +76,41 @@ bool launched_by_mpi() {
   return false;
 }
 
+namespace {
+
+// The backend asked for: options.backend, or under "auto" the ZDL_DIST_BACKEND environment
+// variable when set (so a launcher script can choose without a flag).
+std::string requested_backend(const InitOptions& options) {
+  if (options.backend != "auto") return options.backend;
+  const char* env = std::getenv("ZDL_DIST_BACKEND");
+  return env != nullptr && *env != '\0' ? std::string(env) : "auto";
+}
+
+#ifdef ZDL_WITH_CUDA
+// [Note: NCCL or MPI staging] NCCL needs one GPU per rank: two ranks on one GPU make
+// ncclCommInitRank fail ("duplicate GPU"). Rank r takes GPU local_rank % count
+// (select_cuda_device), so the GPUs are distinct exactly when every rank's local rank is below
+// its host's device count. Collective (one all_gather_i64 over the MPI communicator).
+struct GpuSharing {
+  bool shared = false;
+  int64_t ranks_sharing = 0;  // ranks whose local rank is at or past their host's GPU count
+};
+GpuSharing gpu_sharing(Communicator& mpi) {
+  const int count = cuda_device_count();
+  const std::vector<int64_t> over = mpi.all_gather_i64(mpi.local_rank() >= count ? 1 : 0);
+  GpuSharing g;
+  for (int64_t o : over) g.ranks_sharing += o;
+  g.shared = g.ranks_sharing > 0;
+  return g;
+}
+#endif
+
+}  // namespace
+
 std::shared_ptr<Communicator> init(const InitOptions& options) {
-  const std::string& b = options.backend;
-  ZDL_CHECK(b == "auto" || b == "local" || b == "mpi" || b == "nccl", "dist::init: unknown backend '", b,
-            "' (use auto, local, mpi or nccl)");
+  const std::string b = requested_backend(options);
+  ZDL_CHECK(b == "auto" || b == "local" || b == "mpi" || b == "nccl", "dist::init: unknown backend '", b, "'",
+            options.backend == "auto" ? " (from ZDL_DIST_BACKEND)" : "", " (use auto, local, mpi or nccl)");
   const Device dev = options.device;
   if (dev.is_cuda()) {
     ZDL_CHECK(cuda_available(), "dist::init: device ", dev.str(),
@@ -94,6 +125,13 @@ std::shared_ptr<Communicator> init(const InitOptions& options) {
     std::shared_ptr<Communicator> host;
     if (launched) host = std::make_shared<MpiCommunicator>(dev);
     else host = std::make_shared<LocalCommunicator>(dev);
+    if (host->size() > 1) {
+      const GpuSharing g = gpu_sharing(*host);
+      ZDL_CHECK(!g.shared, host->prefix(), " dist::init: backend nccl needs one GPU per rank, but ", g.ranks_sharing,
+                " of ", host->size(), " ranks share a GPU with another rank (", cuda_device_count(),
+                " visible on this host); NCCL refuses that: use backend mpi (CUDA tensors staged through host "
+                "memory), or start at most one rank per GPU");
+    }
     return std::make_shared<NcclCommunicator>(std::move(host));
 #else
     throw Error("dist::init: backend nccl requested but this zerodl build has no CUDA/NCCL support "
@@ -102,9 +140,11 @@ std::shared_ptr<Communicator> init(const InitOptions& options) {
   }
   auto mpi = std::make_shared<MpiCommunicator>(dev);
 #ifdef ZDL_WITH_CUDA
-  // auto: NCCL for CUDA tensors across ranks (the MPI communicator bootstraps it and carries
-  // its host-side helpers); one rank needs no NCCL.
-  if (b == "auto" && dev.is_cuda() && mpi->size() > 1) return std::make_shared<NcclCommunicator>(mpi);
+  // auto: NCCL for CUDA tensors across ranks when every rank has a GPU of its own (the MPI
+  // communicator bootstraps it and carries its host-side helpers); ranks sharing a GPU stay on
+  // MPI with pinned host staging ([Note: NCCL or MPI staging]); one rank needs no NCCL.
+  if (b == "auto" && dev.is_cuda() && mpi->size() > 1 && !gpu_sharing(*mpi).shared)
+    return std::make_shared<NcclCommunicator>(mpi);
 #endif
   return mpi;
 }

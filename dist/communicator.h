@@ -121,9 +121,12 @@ class Communicator {
 
 struct InitOptions {
   Device device = Device::cpu();  // CUDA: one GPU per rank by local rank
-  // auto: nccl for CUDA with >1 rank and NCCL built, else mpi under a launcher, else local.
+  // auto: nccl for CUDA with >1 rank when every rank has a GPU of its own (NCCL refuses two
+  // ranks on one GPU), else mpi under a launcher (CUDA tensors staged through pinned host
+  // memory), else local. Under auto the environment variable ZDL_DIST_BACKEND, when set, names
+  // the backend instead.
   // "local": size 1 always; "mpi": MPI even without a launcher (a singleton of size 1);
-  // "nccl": CUDA build only (without a launcher: one rank, no MPI).
+  // "nccl": CUDA build only (without a launcher: one rank, no MPI); an error if ranks share a GPU.
   std::string backend = "auto";
 };
 

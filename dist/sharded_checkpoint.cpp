@@ -524,7 +524,8 @@ void save_files_and_swap(const std::string& dir, const std::string& saving, cons
   Communicator& comm = zero.comm();
   const int N = comm.size(), rank = comm.rank();
   const std::string what = "save_sharded('" + dir + "')";
-  // 2. Every rank writes its blocks (views of its masters and moments, no copies).
+  // 2. Every rank writes its blocks (views of its masters and moments, no copies; states on a GPU
+  // are copied to the host tensor by tensor as the file is written).
   uint64_t bytes = 0, sum = 0;
   on_every_rank(comm, what, names, [&] {
     NoGradGuard ng;
@@ -622,19 +623,27 @@ io::TrainState load_impl(const std::string& dir, ZeroPartitioner& zero, ZeroAdam
       }
     }
   });
-  // 2. Fill this rank's masters and moments (padding stays zero).
+  // 2. Fill this rank's masters and moments (padding stays zero). Files are read on the host:
+  // states on a GPU are filled through host copies, one unit at a time.
   on_every_rank(comm, what, names, [&] {
     NoGradGuard ng;
     for (auto& u : zero.units()) {
       const auto states = unit_states(*u);
-      for (const Tensor& t : states) t.zero_();
+      auto filled = states;
+      if (!states[0].device().is_cpu()) {
+        MemoryScope ms(MemoryCategory::Workspace);
+        for (int k = 0; k < 3; ++k) filled[k] = Tensor::empty(states[k].shape(), states[k].dtype());
+      }
+      for (const Tensor& t : filled) t.zero_();
       for (const ParamSlot& s : u->slots) {
         MasterRange m = master_range(*u, s);
         if (m.lo >= m.hi) continue;
         for (int k = 0; k < 3; ++k)
           files->read(s.name, k, m.lo - s.offset, m.hi - s.offset,
-                      flat_range(states[k], m.lo - u->master_begin, m.hi - m.lo));
+                      flat_range(filled[k], m.lo - u->master_begin, m.hi - m.lo));
       }
+      for (int k = 0; k < 3; ++k)
+        if (!filled[k].same(states[k])) states[k].copy_(filled[k]);
     }
   });
   opt.set_step_count(L.optimizer_step);

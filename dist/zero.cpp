@@ -7,6 +7,9 @@
 
 #include "autograd/ops.h"
 #include "kernels/cpu/optim.h"
+#ifdef ZDL_WITH_CUDA
+#include "kernels/cuda/optim.h"
+#endif
 
 namespace zdl::dist {
 
@@ -114,13 +117,27 @@ ZeroPartitioner::ZeroPartitioner(std::shared_ptr<Communicator> comm, ZeroOptions
   ZDL_CHECK(t == DType::F32 || t == DType::BF16 || t == DType::F64, comm_->prefix(),
             " ZeRO compute dtype must be f32, bf16 or f64, got ", dtype_name(t));
   ZDL_CHECK(options_.prefetch >= 0, comm_->prefix(), " prefetch must be >= 0, got ", options_.prefetch);
+  // [Note: device] On a GPU every flat buffer lives on the communicator's device, so the
+  // collectives take them directly (NCCL) or stage them through pinned host memory (MPI). The
+  // init recipes are evaluated on the host and copied over (bit-identical to a CPU init), and
+  // checkpoints read and write through the host; everything else runs as device kernels.
+  const Device dev = options_.device;
+  if (dev.is_cuda()) {
+    ZDL_CHECK(cuda_available(), comm_->prefix(), " ZeRO on ", dev.str(),
+              ": no CUDA device is visible (or this zerodl build has no CUDA support)");
+    ZDL_CHECK(comm_->device() == dev, comm_->prefix(), " ZeRO on ", dev.str(), " needs a communicator serving ",
+              dev.str(), ", but the ", comm_->backend(), " communicator serves ", comm_->device().str(),
+              "; create it with dist::init({.device = ", dev.str(), "}) and pass ZeroOptions::device = comm->device()");
+    ZDL_CHECK(t == DType::F32 || t == DType::BF16, comm_->prefix(), " ZeRO on ", dev.str(),
+              ": compute dtype must be f32 or bf16, got ", dtype_name(t), " (f64 runs on the CPU)");
+  }
   if (!options_.is_unit) options_.is_unit = [](const nn::Module& m) { return m.type_name() == "Block"; };
 }
 
 ZeroPartitioner::~ZeroPartitioner() = default;
 
 ZeroPartitioner::PlacementScope::PlacementScope(ZeroPartitioner& z, uint64_t seed)
-    : factory_(*z.factory_), init_(seed, Device::cpu(), z.options_.compute_dtype) {}
+    : factory_(*z.factory_), init_(seed, z.options_.device, z.options_.compute_dtype) {}
 ZeroPartitioner::PlacementScope::~PlacementScope() = default;
 
 int64_t ZeroPartitioner::num_parameters() const {
@@ -168,8 +185,19 @@ ParamUnit& ZeroPartitioner::make_unit(const std::string& name, const std::vector
 namespace {
 
 // Writes the init values of unit elements [begin, begin + dst.numel()) into dst (contiguous,
-// CPU, f32 or f64); padding elements are zero.
+// f32, bf16 or f64); padding elements are zero. A device tensor is filled on the host and copied
+// over, so its values are the CPU init's bits.
 void init_range(const ParamUnit& u, int64_t begin, const Tensor& dst) {
+  if (!dst.device().is_cpu()) {
+    Tensor host;
+    {
+      MemoryScope ms(MemoryCategory::Workspace);
+      host = Tensor::empty(dst.shape(), dst.dtype());
+    }
+    init_range(u, begin, host);
+    dst.copy_(host);
+    return;
+  }
   dst.zero_();
   int64_t end = begin + dst.numel();
   for (const ParamSlot& s : u.slots) {
@@ -188,7 +216,7 @@ void ZeroPartitioner::allocate(ParamUnit& u) {
   const bool separate_master = ct != mt;
   u.separate_master = separate_master;
   const size_t es = element_size(ct);
-  const Device dev = Device::cpu();
+  const Device dev = options_.device;  // [Note: device]
 
   // Full parameters: one storage for the unit, released under ZeRO-3 until gathered.
   if (st == ZeroStage::Three) {
@@ -209,7 +237,7 @@ void ZeroPartitioner::allocate(ParamUnit& u) {
     u.master_begin = 0;
     if (separate_master) {
       MemoryScope ms(MemoryCategory::OptimizerState);
-      u.master = Tensor::empty({u.padded}, mt);
+      u.master = Tensor::empty({u.padded}, mt, dev);
       init_range(u, 0, u.master);
       u.full_flat.copy_(u.master);
     } else {
@@ -220,11 +248,11 @@ void ZeroPartitioner::allocate(ParamUnit& u) {
     u.master_begin = u.shard_begin;
     {
       MemoryScope ms(MemoryCategory::ParameterShard);
-      u.param_shard = Tensor::empty({u.shard_size}, ct);
+      u.param_shard = Tensor::empty({u.shard_size}, ct, dev);
     }
     if (separate_master) {
       MemoryScope ms(MemoryCategory::OptimizerState);
-      u.master = Tensor::empty({u.shard_size}, mt);
+      u.master = Tensor::empty({u.shard_size}, mt, dev);
       init_range(u, u.shard_begin, u.master);
       u.param_shard.copy_(u.master);
     } else {
@@ -233,12 +261,12 @@ void ZeroPartitioner::allocate(ParamUnit& u) {
     }
   } else {  // stages 1, 2: every rank holds the full parameters, initialized the same way
     u.master_begin = u.shard_begin;
-    Tensor init_full = separate_master ? Tensor::empty({u.padded}, mt) : u.full_flat;
+    Tensor init_full = separate_master ? Tensor::empty({u.padded}, mt) : u.full_flat;  // the former on the host
     init_range(u, 0, init_full);
     if (separate_master) {
       u.full_flat.copy_(init_full);
       MemoryScope ms(MemoryCategory::OptimizerState);
-      u.master = Tensor::empty({u.shard_size}, mt);
+      u.master = Tensor::empty({u.shard_size}, mt, dev);
       u.master.copy_(slice(init_full, 0, u.shard_begin, u.shard_begin + u.shard_size));
     } else {
       u.master = flat_view(u.full, u.shard_begin, u.shard_size, ct);
@@ -263,13 +291,13 @@ void ZeroPartitioner::allocate(ParamUnit& u) {
     u.grad_shard = flat_view(u.grad_full, u.shard_begin, u.shard_size, ct);
   } else {
     MemoryScope ms(MemoryCategory::GradientShard);
-    u.grad_shard = Tensor::zeros({u.shard_size}, ct);
+    u.grad_shard = Tensor::zeros({u.shard_size}, ct, dev);
   }
 
   {
     MemoryScope ms(MemoryCategory::OptimizerState);
-    u.exp_avg = Tensor::zeros({u.master.numel()}, mt);
-    u.exp_avg_sq = Tensor::zeros({u.master.numel()}, mt);
+    u.exp_avg = Tensor::zeros({u.master.numel()}, mt, dev);
+    u.exp_avg_sq = Tensor::zeros({u.master.numel()}, mt, dev);
   }
 
   // Re-point every parameter at its place in the unit (same TensorImpl: modules and saved
@@ -354,7 +382,7 @@ int position_of(const std::vector<ParamUnit*>& order, const ParamUnit& u) {
 void ZeroPartitioner::emit(TraceKind kind, const ParamUnit* u) {
   if (!trace_) return;
   double t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
-  trace_(TraceEvent{kind, u ? u->name : "", t, memory_ledger().stats(Device::cpu()).total_current});
+  trace_(TraceEvent{kind, u ? u->name : "", t, memory_ledger().stats(options_.device).total_current});
 }
 
 void ZeroPartitioner::gather(ParamUnit& u, CommPhase phase, bool wait) {
@@ -439,7 +467,7 @@ void ZeroPartitioner::reduce_grads(ParamUnit& u) {
   Tensor reduced;
   {
     MemoryScope ms(MemoryCategory::CommBuffer);
-    reduced = Tensor::empty({u.shard_size}, options_.compute_dtype);
+    reduced = Tensor::empty({u.shard_size}, options_.compute_dtype, options_.device);
   }
   comm_->reduce_scatter(u.grad_flat, reduced);
   scale_(reduced, inv_n);
@@ -453,12 +481,41 @@ void ZeroPartitioner::reduce_grads(ParamUnit& u) {
 
 // ---- step ----
 
+#ifdef ZDL_WITH_CUDA
+namespace {
+// Every unit's sum of squares on the device (kernels/cuda/optim.h), copied back with one sync.
+std::vector<double> device_sums_of_squares(const std::vector<std::unique_ptr<ParamUnit>>& units, Device dev) {
+  const int64_t U = static_cast<int64_t>(units.size());
+  int64_t parts = 0;
+  for (auto& u : units) parts = std::max(parts, kernels::cuda::sum_squares_partials(u->grad_shard.numel()));
+  Tensor ws;  // [parts] partial sums (shared by the units, stream-ordered), then [U] results
+  {
+    MemoryScope ms(MemoryCategory::Workspace);
+    ws = Tensor::empty({parts + U}, DType::F64, dev);
+  }
+  double* base = static_cast<double*>(ws.raw_data());
+  for (int64_t i = 0; i < U; ++i) {
+    const Tensor& g = units[static_cast<size_t>(i)]->grad_shard;  // contiguous; padding elements are zero
+    kernels::cuda::sum_squares(g.dtype(), g.numel(), g.raw_data(), base, base + parts + i);
+  }
+  return Tensor::from_storage(ws.storage(), {U}, {1}, parts, DType::F64).to_vector();
+}
+}  // namespace
+#endif
+
 double ZeroPartitioner::clip_grad_norm(double max_norm) {
   double sq = 0.0;
   unit_grad_sq_.assign(units_.size(), 0.0);
+#ifdef ZDL_WITH_CUDA
+  if (options_.device.is_cuda()) unit_grad_sq_ = device_sums_of_squares(units_, options_.device);
+#endif
   for (size_t i = 0; i < units_.size(); ++i) {
     const Tensor& g = units_[i]->grad_shard;  // contiguous; padding elements are zero
     double& s = unit_grad_sq_[i];
+    if (!g.device().is_cpu()) {
+      sq += s;  // measured on the device above
+      continue;
+    }
     if (g.dtype() == DType::F64) s = kernels::cpu::sum_squares<double>(g.numel(), g.data<double>());
     else if (g.dtype() == DType::BF16) s = kernels::cpu::sum_squares<BFloat16>(g.numel(), g.data<BFloat16>());
     else s = kernels::cpu::sum_squares<float>(g.numel(), g.data<float>());

@@ -4,6 +4,7 @@
 #include <functional>
 #include <string>
 
+#include "core/device.h"
 #include "core/dtype.h"
 
 namespace zdl::nn {
@@ -21,6 +22,10 @@ struct ZeroOptions {
   // Dtype of full parameters, gradients and collectives (f32, bf16; f64 for checks). The
   // master weights and Adam moments stay f32 (f64 for f64 runs) whatever this is.
   DType compute_dtype = DType::F32;
+  // Where the units' flat buffers live (parameters, gradients, masters, moments, communication
+  // buffers): the CPU, or this rank's GPU, which must be the communicator's device
+  // (comm->device()). On CUDA the compute dtype is f32 or bf16; the masters and moments are f32.
+  Device device = Device::cpu();
   // ZeRO-3: how many units ahead (forward) or behind (backward) to all-gather asynchronously.
   int prefetch = 1;
   // Stage 2: keep full gradients across micro-batches and reduce once on the last one (like

@@ -2,13 +2,17 @@
 //
 // Each rank updates only the elements it owns (stage 0: all of them): one fused loop per
 // parameter segment of its shard, with the decoupled weight decay of that parameter (decay on
-// matrices only, as GPT-2 training does). Moments are f32 (f64 for f64 runs), sized like the
+// matrices only, as GPT-2 training does). On a GPU (ZeroOptions::device) one kernel per unit
+// updates all its segments (kernels/cuda/optim.h), from a table of (offset, size, decay) chunks
+// built at the first step and kept on the device. Moments are f32 (f64 for f64 runs), sized like the
 // master: full under DDP, 1/N otherwise. After the update the manager refreshes the
 // compute-dtype parameters (and stages 1-2 all-gather them).
 //
 //   dist::ZeroAdamW opt(zero, {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95}, /*weight_decay=*/0.1);
 //   opt.set_lr(sched.lr(step)); opt.step(zero.clip_grad_norm(1.0)); zero.zero_grad();
 #pragma once
+#include <vector>
+
 #include "dist/zero.h"
 #include "optim/optimizer.h"
 
@@ -25,10 +29,16 @@ class ZeroAdamW {
   void set_step_count(int64_t s) { step_ = s; }
 
  private:
+  // Device runs: each unit's chunk table (kernels::cuda::AdamWChunk entries, 3 words each) and
+  // its entry count, built at the first step.
+  void build_device_tables();
+
   ZeroPartitioner& zero_;
   optim::AdamWOptions options_;
   double weight_decay_;
   int64_t step_ = 0;
+  std::vector<Tensor> device_chunks_;
+  std::vector<int64_t> device_chunk_counts_;
 };
 
 }  // namespace zdl::dist

@@ -32,6 +32,9 @@ struct RunConfig {
   // This step's gradient of one parameter of unit h.1 gets a NaN on the last rank, before any
   // reduction (a leaf hook): the step must be detected and skipped (-1: none).
   int poison_step = -1;
+  // Where run_zero places the model (ZeroOptions::device; the communicator must serve it) and
+  // feeds the batches.
+  Device device = Device::cpu();
 };
 
 // The parameter whose gradient poison_step corrupts.
@@ -103,8 +106,8 @@ struct Probe {
 inline RunResult run_zero(Communicator& comm, const RunConfig& c, const Probe& probe = {}) {
   RunResult r;
   std::shared_ptr<Communicator> shared(&comm, [](Communicator*) {});
-  ZeroPartitioner zero(shared, ZeroOptions{.stage = c.stage, .compute_dtype = c.dtype, .prefetch = c.prefetch,
-                                           .no_sync = c.no_sync});
+  ZeroPartitioner zero(shared, ZeroOptions{.stage = c.stage, .compute_dtype = c.dtype, .device = c.device,
+                                           .prefetch = c.prefetch, .no_sync = c.no_sync});
   std::shared_ptr<nn::GPT> model;
   {
     auto scope = zero.placement_scope(c.seed);
@@ -120,10 +123,11 @@ inline RunResult run_zero(Communicator& comm, const RunConfig& c, const Probe& p
       if (n == kPoisonedParam)
         p.register_hook([&step, &c](const Tensor& g) {
           if (step != c.poison_step) return g;
-          Tensor bad = g.contiguous_copy();
+          Tensor bad = g.to(Device::cpu()).contiguous_copy();
           if (bad.dtype() == DType::F64) bad.data<double>()[0] = std::nan("");
+          else if (bad.dtype() == DType::BF16) bad.data<BFloat16>()[0] = BFloat16(std::nanf(""));
           else bad.data<float>()[0] = std::nanf("");
-          return bad;
+          return bad.to(g.device());
         });
   }
   for (int s = 0; s < c.steps; ++s, ++step) {
@@ -131,7 +135,7 @@ inline RunResult run_zero(Communicator& comm, const RunConfig& c, const Probe& p
     for (int m = 0; m < c.grad_accum; ++m) {
       auto [x, y] = global_batch(c, model->config.vocab_size, s, m);
       zero.set_grad_sync(m == c.grad_accum - 1);
-      Tensor loss = model->loss(rows(x, rank, N), rows(y, rank, N));
+      Tensor loss = model->loss(rows(x, rank, N).to(c.device), rows(y, rank, N).to(c.device));
       loss_sum += loss.item();
       mul(loss, 1.0 / c.grad_accum).backward();
     }
