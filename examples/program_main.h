@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <regex>
 #include <stdexcept>
 #include <string>
@@ -100,8 +101,12 @@ inline std::string short_parse_message(std::string m) {
   return hit.prefix().str() + hit[1].str() + why + hit.suffix().str();
 }
 
+// init_options (optional) gives the process group's options from the parsed flags (e.g. the
+// device); a UsageError it throws is reported like one from run (exit 2), once, after the group
+// started on the CPU.
 inline int run_program(const char* name, CLI::App& app, int argc, char** argv,
-                       const std::function<int(dist::Communicator&)>& run) {
+                       const std::function<int(dist::Communicator&)>& run,
+                       const std::function<dist::InitOptions()>& init_options = {}) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -115,8 +120,17 @@ inline int run_program(const char* name, CLI::App& app, int argc, char** argv,
     return 2;
   }
   std::shared_ptr<dist::Communicator> comm;
+  dist::InitOptions options;
+  std::optional<UsageError> bad_options;
+  if (init_options) {
+    try {
+      options = init_options();
+    } catch (const UsageError& e) {
+      bad_options = e;
+    }
+  }
   try {
-    comm = dist::init();
+    comm = dist::init(options);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: cannot start the process group: %s\n", name, e.what());
     return 1;
@@ -125,6 +139,7 @@ inline int run_program(const char* name, CLI::App& app, int argc, char** argv,
   if (comm->size() > 1 && !std::getenv("OMP_NUM_THREADS"))
     omp_set_num_threads(std::max(1, omp_get_num_procs() / comm->size()));
   try {
+    if (bad_options) throw *bad_options;
     return run(*comm);
   } catch (const UsageError& e) {
     if (comm->rank() == e.printer) std::fprintf(stderr, "%s: %s\n", name, e.what());

@@ -7,6 +7,7 @@
 //   train_gpt --data input.txt --steps 2000 --n-layer 4 --n-embd 128 --save ckpt
 //   mpirun -np 2 train_gpt --resume ckpt --zero-stage 2    # resume on another N / stage
 //   train_gpt --init-from gpt2.safetensors --eval-only --data val.txt
+//   mpirun -np 8 train_gpt --device cuda --zero-stage 3    # one rank per GPU (NCCL)
 //
 // Exit codes: 0 done, 2 bad input (flags, files, configs), 1 failure during training.
 #include <unistd.h>
@@ -26,6 +27,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+
+#ifdef ZDL_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #include "data/byte_tokenizer.h"
 #include "data/default_corpus.h"
@@ -87,6 +92,10 @@ struct Args {
   std::string on_nan = "stop";
   int64_t nan_skip_limit = 10;
   std::string fault_nan_grad;  // test hook "STEP:PARAM" (hidden flag)
+  std::string device = "cpu";
+  std::string dist_backend = "auto";
+  double peak_tflops = 0;  // 0: from the GPU's name
+  int64_t vocab_size = 0;  // 0: the byte tokenizer's 256
 };
 
 using examples::UsageError;
@@ -124,14 +133,18 @@ class Progress {
     if (every_ <= 0) every_ = std::max<int64_t>(1, total / 20);
     start_ = std::chrono::steady_clock::now();
   }
-  void step(int64_t step, int64_t first_step, double loss, double lr, double tok_s) {
+  // mfu < 0: not known (CPU runs, GPUs without a peak), left out of the line.
+  void step(int64_t step, int64_t first_step, double loss, double lr, double tok_s, double mfu = -1) {
     if (quiet_) return;
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     double per = elapsed / static_cast<double>(step - first_step + 1);
     double eta = per * static_cast<double>(total_ - step - 1);
+    char mfu_text[32] = "";
+    if (mfu >= 0) std::snprintf(mfu_text, sizeof mfu_text, "  MFU %.1f%%", 100 * mfu);
     char line[256];
-    std::snprintf(line, sizeof line, "step %5lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  ETA %s",
-                  static_cast<long long>(step + 1), static_cast<long long>(total_), loss, lr, tok_s, fmt(eta).c_str());
+    std::snprintf(line, sizeof line, "step %5lld/%lld  loss %.4f  lr %.2e  %.0f tok/s%s  ETA %s",
+                  static_cast<long long>(step + 1), static_cast<long long>(total_), loss, lr, tok_s, mfu_text,
+                  fmt(eta).c_str());
     if (tty_) {
       std::printf("\r%s\033[K", line);
       if (step + 1 == total_) std::printf("\n");
@@ -182,7 +195,8 @@ nn::GPTConfig config_from_json(const json& j) {
 
 // Mean loss over `n` sequential batches of a split (no dropout, no graph), over all ranks:
 // each rank scores its rows of every global batch.
-double evaluate(nn::GPT& model, const data::TokenDataset& ds, dist::Communicator& comm, data::Split split, int64_t n) {
+double evaluate(nn::GPT& model, const data::TokenDataset& ds, dist::Communicator& comm, data::Split split, int64_t n,
+                Device dev) {
   NoGradGuard ng;
   bool was_training = model.is_training();
   model.eval();
@@ -191,16 +205,17 @@ double evaluate(nn::GPT& model, const data::TokenDataset& ds, dist::Communicator
   double total = 0;
   for (int64_t i = 0; i < n; ++i) {
     data::Batch b = ds.eval_batch(split, i);
-    total += model.loss(b.inputs, b.targets).item();
+    total += model.loss(b.inputs.to(dev), b.targets.to(dev)).item();
   }
   model.train(was_training);
   return comm.all_reduce_sum(total) / static_cast<double>(n * comm.size());
 }
 
-// Per-step memory (bytes on this rank by category, and the step's peak) and traffic (bytes by
-// collective and phase), for the metrics file.
-json memory_json() {
-  MemoryStats s = memory_ledger().stats(Device::cpu());
+// Per-step memory (bytes on this rank's device by category, and the step's peak) and traffic
+// (bytes by collective and phase), for the metrics file. On a GPU the model states, activations
+// and workspaces are on the device; the pinned host buffers of MPI staging are `host_comm`.
+json memory_json(Device dev) {
+  MemoryStats s = memory_ledger().stats(dev);
   auto c = [&](MemoryCategory k) { return s.current_of(k); };
   return {{"param", c(MemoryCategory::Parameter) + c(MemoryCategory::ParameterShard)},
           {"param_full", c(MemoryCategory::Parameter)},
@@ -211,7 +226,11 @@ json memory_json() {
           {"optim", c(MemoryCategory::OptimizerState)},
           {"activation", c(MemoryCategory::Activation)},
           {"comm", c(MemoryCategory::CommBuffer)},
-          {"peak", s.total_peak}};
+          {"workspace", c(MemoryCategory::Workspace)},
+          {"peak", s.total_peak},
+          {"device", dev.str()},
+          {"host_comm", dev.is_cpu() ? int64_t{0}
+                                     : memory_ledger().stats(Device::cpu()).current_of(MemoryCategory::CommBuffer)}};
 }
 
 json comm_json() {
@@ -268,30 +287,88 @@ void install_fault_nan_grad(const std::string& spec, nn::Module& model, dist::Co
   if (comm.rank() != comm.size() - 1) return;
   it->second.register_hook([at, current_step](const Tensor& g) {
     if (*current_step + 1 != at) return g;
-    Tensor bad = g.contiguous_copy();
+    Tensor bad = g.to(Device::cpu()).contiguous_copy();  // a GPU gradient is poisoned on the host
     if (bad.dtype() == DType::BF16) bad.data<BFloat16>()[0] = BFloat16(std::nanf(""));
     else bad.data<float>()[0] = std::nanf("");
-    return bad;
+    return bad.to(g.device());
   });
 }
 
-// A model whose states alone cannot fit in this machine's memory cannot work: said at startup,
-// not by a failed allocation (or the OOM killer) part way through building it. The bound is the
-// least any ZeRO stage needs on one rank: 16 bytes per parameter (value, gradient, two Adam
-// moments) over N ranks, plus one micro-batch's logits and their gradient.
-void check_model_fits_in_memory(const nn::GPTConfig& c, const Args& a, int world) {
+// This rank's GPU: its name, memory and peak dense bf16 throughput (for MFU).
+struct GpuInfo {
+  std::string name;
+  double total_bytes = 0;
+  double peak_tflops = 0;  // 0: not in the table
+};
+
+// Peak dense bf16 tensor-core TFLOP/s by GPU name (NVIDIA's data sheets; sparsity not counted).
+// llm.c's MFU divides by the same numbers.
+double peak_bf16_tflops(const std::string& name) {
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  if (has("H200")) return 989;
+  if (has("H100")) return has("PCIe") ? 756 : has("NVL") ? 835 : 989;  // SXM ("H100 80GB HBM3"): 989
+  if (has("GH200")) return 989;
+  if (has("A100")) return 312;
+  if (has("A10G")) return 70;
+  if (has("L40S")) return 362;
+  if (has("RTX 4090")) return 165;
+  return 0;
+}
+
+GpuInfo gpu_info([[maybe_unused]] Device dev) {
+  GpuInfo g;
+#ifdef ZDL_WITH_CUDA
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, dev.index) == cudaSuccess) {
+    g.name = prop.name;
+    g.total_bytes = static_cast<double>(prop.totalGlobalMem);
+    g.peak_tflops = peak_bf16_tflops(g.name);
+  } else {
+    (void)cudaGetLastError();
+  }
+#endif
+  return g;
+}
+
+// Waits for the work queued on this thread's GPU stream (step timings measure finished work).
+void sync_device([[maybe_unused]] Device dev) {
+#ifdef ZDL_WITH_CUDA
+  if (!dev.is_cuda()) return;
+  const cudaError_t err = cudaStreamSynchronize(cudaStreamPerThread);
+  if (err != cudaSuccess)
+    throw Error(detail::str("CUDA error at the end of a step on ", dev.str(), ": ", cudaGetErrorString(err)));
+#endif
+}
+
+// Model FLOPs utilization as llm.c estimates it: 6 N + 6 L C T floating-point operations per
+// token (N parameters: forward 2N and backward 4N of the matrix products; attention's scores
+// and weighted sums 6 L C T), times tokens/s, over the GPU's peak dense bf16 rate.
+double mfu(const nn::GPTConfig& c, int64_t num_params, int64_t seq, double tokens_per_s, double peak_tflops) {
+  const double flops_per_token = 6.0 * static_cast<double>(num_params) +
+                                 6.0 * static_cast<double>(c.n_layer) * static_cast<double>(c.n_embd) *
+                                     static_cast<double>(seq);
+  return flops_per_token * tokens_per_s / (peak_tflops * 1e12);
+}
+
+// A model whose states alone cannot fit in this machine's memory (or its GPU's) cannot work:
+// said at startup, not by a failed allocation (or the OOM killer) part way through building it.
+// The bound is the least any ZeRO stage needs on one rank: 16 bytes per parameter (value,
+// gradient, two Adam moments) over N ranks, plus one micro-batch's logits and their gradient.
+void check_model_fits_in_memory(const nn::GPTConfig& c, const Args& a, int world, Device dev) {
   const double C = static_cast<double>(c.n_embd), L = static_cast<double>(c.n_layer);
   const double V = static_cast<double>(c.padded_vocab());
   const double params = V * C + static_cast<double>(c.block_size) * C + L * (12 * C * C + 13 * C) + 2 * C;
   const double logits = static_cast<double>(std::max<int64_t>(1, a.batch / world)) * static_cast<double>(a.seq) * V * 8;
   const double need = 16 * params / world + logits;
-  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  const double have = dev.is_cuda() ? gpu_info(dev).total_bytes
+                                    : static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
   if (have > 0 && need > have)
     throw UsageError(detail::str("the model (n_layer ", c.n_layer, ", n_embd ", c.n_embd, ", context ", c.block_size, ": ",
                                  params, " parameters) with --batch ", a.batch, " x --seq ", a.seq, " needs at least ",
                                  need / GiB, " GiB per rank (states ", 16 * params / world / GiB, " GiB over ", world,
-                                 " rank(s), logits ", logits / GiB, " GiB), more than this machine's ", have / GiB,
+                                 " rank(s), logits ", logits / GiB, " GiB), more than ",
+                                 dev.is_cuda() ? "this GPU's " : "this machine's ", have / GiB,
                                  " GiB; choose a smaller model or batch, or more ranks"));
 }
 
@@ -339,6 +416,10 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   auto say = [&](const std::string& m) {
     if (lead) std::printf("%s\n", m.c_str());
   };
+  // This rank's device: its GPU (local rank % device count, made current by dist::init) or the CPU.
+  const Device dev = a.device == "cuda" ? comm.device() : Device::cpu();
+  const GpuInfo gpu = dev.is_cuda() ? gpu_info(dev) : GpuInfo{};
+  const double peak_tflops = a.peak_tflops > 0 ? a.peak_tflops : gpu.peak_tflops;
   // ---- configuration (errors here are the user's input: exit 2) ----
   std::optional<io::TrainState> resumed;
   nn::GPTConfig cfg;
@@ -364,6 +445,7 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     check_flag("--n-head", a.n_head, cfg.n_head);
     check_flag("--n-embd", a.n_embd, cfg.n_embd);
     check_flag("--dropout", a.dropout, cfg.dropout);
+    check_flag("--vocab-size", a.vocab_size, cfg.vocab_size);
     if (given("--vocab-multiple") &&
         (a.vocab_multiple > 1 ? data::padded_vocab(cfg.vocab_size, a.vocab_multiple) : cfg.vocab_size) != cfg.padded_vocab())
       throw UsageError(detail::str("--vocab-multiple ", a.vocab_multiple, " does not give the checkpoint's padded vocabulary ",
@@ -387,8 +469,9 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     };
     check_flag("--n-layer", a.n_layer, cfg.n_layer);
     check_flag("--n-embd", a.n_embd, cfg.n_embd);
+    check_flag("--vocab-size", a.vocab_size, cfg.vocab_size);
   } else {
-    cfg.vocab_size = data::ByteTokenizer::kVocabSize;
+    cfg.vocab_size = a.vocab_size > 0 ? a.vocab_size : data::ByteTokenizer::kVocabSize;
     cfg.padded_vocab_size = a.vocab_multiple > 1 ? data::padded_vocab(cfg.vocab_size, a.vocab_multiple) : 0;
     cfg.block_size = a.seq;
     cfg.n_layer = a.n_layer;
@@ -406,7 +489,12 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
                                  resumed ? " (the checkpoint's model)" : !a.init_from.empty() ? " (the --init-from file's)" : ""));
   if (given("--prefetch") && a.zero_stage != 3)
     throw UsageError(detail::str("--prefetch applies to --zero-stage 3 only (got --zero-stage ", a.zero_stage, ")"));
-  check_model_fits_in_memory(cfg, a, comm.size());
+  if (given("--peak-tflops") && !dev.is_cuda())
+    throw UsageError("--peak-tflops applies to --device cuda only (MFU is reported for GPUs)");
+  if (a.sample > 0 && a.init_from.empty() && cfg.vocab_size != data::ByteTokenizer::kVocabSize)
+    throw UsageError(detail::str("--sample decodes bytes: it needs the byte vocabulary 256, not ", cfg.vocab_size,
+                                 " (--vocab-size; a larger vocabulary is for measuring speed)"));
+  check_model_fits_in_memory(cfg, a, comm.size(), dev);
   if (cfg.vocab_size < data::ByteTokenizer::kVocabSize)
     throw UsageError(detail::str("the model's vocabulary (", cfg.vocab_size, ") is smaller than the byte tokenizer's 256"));
   if (a.batch % comm.size() != 0)
@@ -443,10 +531,11 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   });
   MetricsLog& metrics = *metrics_log;
 
-  if (a.max_memory_per_rank > 0) memory_ledger().set_cap(DeviceType::CPU, a.max_memory_per_rank);
+  if (a.max_memory_per_rank > 0) memory_ledger().set_cap(dev.type, a.max_memory_per_rank);
   auto shared_comm = std::shared_ptr<dist::Communicator>(&comm, [](dist::Communicator*) {});
   dist::ZeroPartitioner zero(shared_comm, dist::ZeroOptions{.stage = dist::stage_from_int(a.zero_stage),
                                                             .compute_dtype = dtype,
+                                                            .device = dev,
                                                             .prefetch = a.prefetch});
   std::shared_ptr<nn::GPT> model;
   {
@@ -473,7 +562,7 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
       }
     }
     int64_t n = a.eval_batches > 0 ? a.eval_batches : ds->num_eval_batches(data::Split::Train);
-    double loss = evaluate(*model, *ds, comm, data::Split::Train, n);
+    double loss = evaluate(*model, *ds, comm, data::Split::Train, n, dev);
     if (lead) std::printf("loss %.6f\n", loss);
     metrics.write({{"type", "eval"}, {"loss", loss}, {"batches", std::min(n, ds->num_eval_batches(data::Split::Train))}});
     return 0;
@@ -504,6 +593,12 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   }
 
   say(detail::str("zerodl train_gpt: ", model->extra_repr()));
+  if (dev.is_cuda())
+    say(detail::str("device ", dev.str(), " on rank 0 (", gpu.name.empty() ? "unknown GPU" : gpu.name, ", ",
+                    format_bytes(static_cast<int64_t>(gpu.total_bytes)), ", peak bf16 ",
+                    peak_tflops > 0 ? detail::str(peak_tflops, " TFLOP/s") : std::string("unknown: no MFU"),
+                    ") | rank r on GPU local_rank % ", cuda_device_count(), " | collectives ",
+                    comm.backend() == "nccl" ? "NCCL" : comm.size() > 1 ? "MPI, staged through host memory" : "local"));
   say(detail::str("params ", model->num_parameters(), " | ranks ", comm.size(), " (", comm.backend(), ") | ",
                   dist::stage_name(zero.stage()), " | ", dtype_name(dtype), " | data ", data_path, " (",
                   ds->num_tokens(), " tokens) | batch ", a.batch, " x ", a.seq, " x accum ", a.grad_accum,
@@ -518,6 +613,10 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
                  {"rank", comm.rank()},
                  {"zero_stage", a.zero_stage},
                  {"dtype", dtype_name(dtype)},
+                 {"device", dev.str()},
+                 {"gpu", gpu.name},
+                 {"peak_tflops", peak_tflops},
+                 {"backend", comm.backend()},
                  {"steps", a.steps},
                  {"batch", a.batch},
                  {"seq", a.seq},
@@ -547,13 +646,13 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   for (int64_t step = first_step; step < a.steps; ++step) {
     current_step = step;
     auto t0 = std::chrono::steady_clock::now();
-    memory_ledger().reset_peaks(Device::cpu());
+    memory_ledger().reset_peaks(dev);
     dist::comm_ledger().reset();
     double loss_sum = 0;
     for (int64_t micro = 0; micro < a.grad_accum; ++micro) {
       data::Batch b = ds->next_batch();
       zero.set_grad_sync(micro == a.grad_accum - 1);
-      Tensor loss = model->loss(b.inputs, b.targets);
+      Tensor loss = model->loss(b.inputs.to(dev), b.targets.to(dev));
       loss_sum += loss.item();
       (a.grad_accum > 1 ? mul(loss, 1.0 / static_cast<double>(a.grad_accum)) : loss).backward();
     }
@@ -575,21 +674,25 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
       progress.message(what + "; step skipped (--on-nan skip)");
     }
     zero.zero_grad();
+    sync_device(dev);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     double tok_s = static_cast<double>(a.batch * a.seq * a.grad_accum) / (ms / 1000.0);
-    progress.step(step, first_step, loss, opt.lr(), tok_s);
-    metrics.write({{"step", step + 1},
-                   {"loss", loss},
-                   {"skipped", !healthy},
-                   {"lr", opt.lr()},
-                   {"grad_norm", zero.last_grad_norm()},
-                   {"tokens_per_s", tok_s},
-                   {"ms", ms},
-                   {"mem", memory_json()},
-                   {"comm", comm_json()}});
+    const double step_mfu = dev.is_cuda() && peak_tflops > 0 ? mfu(cfg, model->num_parameters(), a.seq, tok_s, peak_tflops) : -1;
+    progress.step(step, first_step, loss, opt.lr(), tok_s, step_mfu);
+    json line = {{"step", step + 1},
+                 {"loss", loss},
+                 {"skipped", !healthy},
+                 {"lr", opt.lr()},
+                 {"grad_norm", zero.last_grad_norm()},
+                 {"tokens_per_s", tok_s},
+                 {"ms", ms},
+                 {"mem", memory_json(dev)},
+                 {"comm", comm_json()}};
+    if (step_mfu >= 0) line["mfu"] = step_mfu;
+    metrics.write(line);
     bool last = step + 1 == a.steps || step + 1 == a.stop_after;
     if (a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || last) && a.val_fraction > 0) {
-      double val = evaluate(*model, *ds, comm, data::Split::Val, a.eval_batches);
+      double val = evaluate(*model, *ds, comm, data::Split::Val, a.eval_batches, dev);
       progress.message(detail::str("step ", step + 1, ": val_loss ", val));
       metrics.write({{"step", step + 1}, {"val_loss", val}});
     }
@@ -676,9 +779,41 @@ int main(int argc, char** argv) {
       ->group("");  // hidden
   app.add_option("--log-every", a.log_every, "log a line every N steps when not on a terminal (default: 20 lines)")
       ->check(CLI::NonNegativeNumber);
-  return examples::run_program("train_gpt", app, argc, argv, [&](dist::Communicator& comm) {
-    if (a.collective_timeout > 0)
-      comm.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(a.collective_timeout * 1000)));
-    return run(a, app, comm);
-  });
+  app.add_option("--device", a.device,
+                 "cpu, or cuda: each rank trains on GPU (local rank % GPU count); needs a CUDA build")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--dist-backend", a.dist_backend,
+                 "collectives: auto (cuda: NCCL when every rank has its own GPU, else MPI staged through host "
+                 "memory), mpi, nccl (cuda only)")
+      ->check(CLI::IsMember({"auto", "mpi", "nccl"}));
+  app.add_option("--peak-tflops", a.peak_tflops,
+                 "the GPU's peak bf16 TFLOP/s for MFU (default: from its name, e.g. H100 989, A100 312)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--vocab-size", a.vocab_size,
+                 "model vocabulary of a new model (default 256, the bytes; larger, e.g. GPT-2's 50257, to measure "
+                 "speed at that size: the data stays bytes)")
+      ->check(CLI::Range(int64_t{256}, int64_t{1} << 24));
+  auto init_options = [&]() -> dist::InitOptions {
+    if (a.device == "cpu") {
+      if (a.dist_backend == "nccl") throw UsageError("--dist-backend nccl needs --device cuda");
+      return {.device = Device::cpu(), .backend = a.dist_backend};
+    }
+#ifndef ZDL_WITH_CUDA
+    throw UsageError("--device cuda: this zerodl build has no CUDA support (configure with -DZDL_CUDA=ON and a "
+                     "CUDA toolkit)");
+#endif
+    if (!cuda_available())
+      throw UsageError("--device cuda: no CUDA device is visible on this machine (driver loaded? "
+                       "CUDA_VISIBLE_DEVICES?)");
+    // dist::init makes GPU (local rank % device count) current before anything touches a GPU.
+    return {.device = Device::cuda(), .backend = a.dist_backend};
+  };
+  return examples::run_program(
+      "train_gpt", app, argc, argv,
+      [&](dist::Communicator& comm) {
+        if (a.collective_timeout > 0)
+          comm.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(a.collective_timeout * 1000)));
+        return run(a, app, comm);
+      },
+      init_options);
 }

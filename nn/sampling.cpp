@@ -20,7 +20,9 @@ std::vector<int64_t> generate(GPT& model, std::vector<int64_t> ids, const Sample
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
     int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), model.config.block_size);
     std::vector<int64_t> ctx(ids.end() - T, ids.end());
-    Tensor logits = model.logits(Tensor::from_vector(ctx, {1, T}, DType::I64));  // [1, T, V]
+    // The ids go where the model is (a GPU model reads them there).
+    Tensor ids_t = Tensor::from_vector(ctx, {1, T}, DType::I64).to(model.wte->weight.device());
+    Tensor logits = model.logits(ids_t);  // [1, T, V]
     std::vector<double> last = slice(logits, 1, T - 1, T).to_vector();           // V values
     for (double& v : last) v /= o.temperature;
     if (o.top_k > 0 && o.top_k < V) {
