@@ -124,4 +124,14 @@ std::string error_text(F&& f) {
 // f32 inputs compare at 1e-5, bf16 at 1e-2 (one bf16 rounding is 2^-9 relative).
 inline double tolerance(DType dt) { return dt == DType::F32 ? 1e-5 : 1e-2; }
 
+// The compute dtypes the CUDA ops support.
+inline constexpr DType kDtypes[] = {DType::F32, DType::BF16};
+
+// f on the CPU and on the GPU from the same inputs (of dtype dt): outputs and input gradients
+// within tolerance(dt).
+inline void compare(const OpFn& f, const std::vector<Tensor>& inputs, DType dt, const std::string& what) {
+  OpRun cpu = run_op(f, inputs, Device::cpu()), gpu = run_op(f, inputs, Device::cuda());
+  expect_close(gpu, cpu, tolerance(dt), what + " " + dtype_name(dt));
+}
+
 }  // namespace zdl::cuda_test

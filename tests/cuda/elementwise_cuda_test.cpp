@@ -19,30 +19,14 @@
 
 namespace zdl {
 
-using cuda_test::bytes_of;
-using cuda_test::error_text;
-using cuda_test::expect_bit_equal;
-using cuda_test::expect_close;
-using cuda_test::OpFn;
-using cuda_test::OpRun;
-using cuda_test::rel_diff;
-using cuda_test::run_op;
-using cuda_test::tolerance;
+using namespace cuda_test;
 using TL = std::vector<Tensor>;
 
 namespace {
 
-const DType kDtypes[] = {DType::F32, DType::BF16};
-
 // Values in [lo, hi), as dtype (CPU).
 Tensor uniform(const Shape& shape, uint64_t seed, DType dt, double lo = -2.0, double hi = 2.0) {
   return Tensor::rand(shape, seed, dt, Device::cpu(), 0, lo, hi);
-}
-
-// Runs f on the CPU and on the GPU from the same inputs and compares outputs and gradients.
-void compare(const OpFn& f, const TL& inputs, DType dt, const std::string& what) {
-  OpRun cpu = run_op(f, inputs, Device::cpu()), gpu = run_op(f, inputs, Device::cuda());
-  expect_close(gpu, cpu, tolerance(dt), what + " " + dtype_name(dt));
 }
 
 }  // namespace

@@ -18,25 +18,11 @@
 
 namespace zdl {
 
-using cuda_test::bytes_of;
-using cuda_test::error_text;
-using cuda_test::expect_bit_equal;
-using cuda_test::expect_close;
-using cuda_test::OpFn;
-using cuda_test::OpRun;
-using cuda_test::rel_diff;
-using cuda_test::run_op;
-using cuda_test::tolerance;
+using namespace cuda_test;
 using TL = std::vector<Tensor>;
 
 namespace {
 
-const DType kDtypes[] = {DType::F32, DType::BF16};
-
-void compare(const OpFn& f, const TL& inputs, DType dt, const std::string& what) {
-  OpRun cpu = run_op(f, inputs, Device::cpu()), gpu = run_op(f, inputs, Device::cuda());
-  expect_close(gpu, cpu, tolerance(dt), what + " " + dtype_name(dt));
-}
 
 struct Dims {
   int64_t M, N, K;

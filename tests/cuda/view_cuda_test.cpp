@@ -15,20 +15,11 @@
 
 namespace zdl {
 
-using cuda_test::bytes_of;
-using cuda_test::error_text;
-using cuda_test::expect_bit_equal;
-using cuda_test::expect_close;
-using cuda_test::OpFn;
-using cuda_test::OpRun;
-using cuda_test::rel_diff;
-using cuda_test::run_op;
-using cuda_test::tolerance;
+using namespace cuda_test;
 using TL = std::vector<Tensor>;
 
 namespace {
 
-const DType kDtypes[] = {DType::F32, DType::BF16};
 const DType kAllDtypes[] = {DType::F32, DType::F64, DType::BF16, DType::F16, DType::I32, DType::I64};
 
 // Layout ops move values without arithmetic: outputs and gradients must be bit-equal to the CPU's
