@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "autograd/engine.h"
 #include "autograd/ops.h"
 #include "kernels/cpu/optim.h"
 #ifdef ZDL_WITH_CUDA
@@ -433,10 +434,14 @@ void ZeroPartitioner::on_backward_pre(ParamUnit& u) {
 
 void ZeroPartitioner::on_post_backward(ParamUnit& u) {
   emit(TraceKind::BackwardEnd, &u);
-  emit(TraceKind::ReduceBegin, &u);
+  if (options_.stage == ZeroStage::Three) {
+    u.reshard();  // the reduction reads gradients only
+    // Queue the next prefetch before this unit's reduction, so the next unit's pre-hook finds
+    // it issued and need not wait (in the divergence check) for the reduction to finish.
+    int pos = position_of(block_order_, u);
+    if (pos >= 0) prefetch(pos - 1, -1, CommPhase::BackwardGather);
+  }
   reduce_grads(u);
-  if (options_.stage == ZeroStage::Three) u.reshard();
-  emit(TraceKind::ReduceEnd, &u);
 }
 
 void ZeroPartitioner::prepare_grads(ParamUnit& u) {
@@ -452,31 +457,69 @@ void ZeroPartitioner::prepare_grads(ParamUnit& u) {
   }
 }
 
+// [Note: overlapped gradient reduction] A unit's gradients are complete when its post-backward
+// hook fires, while the backward still has the earlier units to compute. The reduction is
+// issued asynchronously (MPI: on the communicator's thread; NCCL: on its stream) and finished
+// (waited for, scaled by 1/N, stored into the shard, full gradients freed) when the next unit's
+// reduction is issued, so one reduction is in flight while the backward computes the previous
+// unit. The gradient buffer under a pending reduction is neither written (the backward is done
+// with that unit) nor freed (only finish_reduce frees it). A callback queued on the autograd
+// engine finishes the last one before backward() returns, so callers see reduced gradients as
+// before. Cost: stages 2-3 hold the full gradients of one more unit while it is in flight.
 void ZeroPartitioner::reduce_grads(ParamUnit& u) {
   const ZeroStage st = options_.stage;
   if (!grad_sync_ && (st == ZeroStage::DDP || st == ZeroStage::One || (st == ZeroStage::Two && options_.no_sync)))
     return;
-  const double inv_n = 1.0 / comm_->size();
+  finish_grad_reductions();  // at most one in flight
   agree(kGradReduce, &u);
+  emit(TraceKind::ReduceBegin, &u);
   CommPhaseScope ps(CommPhase::GradReduce);
+  PendingReduce p{&u, nullptr, Tensor()};
   if (st == ZeroStage::DDP) {
-    comm_->all_reduce(u.grad_flat);
-    scale_(u.grad_flat, inv_n);
-    return;
-  }
-  Tensor reduced;
-  {
-    MemoryScope ms(MemoryCategory::CommBuffer);
-    reduced = Tensor::empty({u.shard_size}, options_.compute_dtype, options_.device);
-  }
-  comm_->reduce_scatter(u.grad_flat, reduced);
-  scale_(reduced, inv_n);
-  if (st == ZeroStage::One) {
-    u.grad_shard.copy_(reduced);  // own block of the (persistent) full gradients
+    p.work = comm_->all_reduce_async(u.grad_flat);
   } else {
-    add_(u.grad_shard, reduced);  // micro-batches accumulate into the shard
-    u.grad_full->release();
+    {
+      MemoryScope ms(MemoryCategory::CommBuffer);
+      p.reduced = Tensor::empty({u.shard_size}, options_.compute_dtype, options_.device);
+    }
+    p.work = comm_->reduce_scatter_async(u.grad_flat, p.reduced);
   }
+  pending_reduces_.push_back(std::move(p));
+  if (!autograd::in_backward()) {
+    finish_grad_reductions();
+  } else if (!finish_queued_) {
+    finish_queued_ = true;
+    autograd::queue_callback([this] {
+      finish_queued_ = false;
+      finish_grad_reductions();
+    });
+  }
+}
+
+void ZeroPartitioner::finish_reduce(const PendingReduce& p) {
+  ParamUnit& u = *p.unit;
+  p.work->wait();
+  const double inv_n = 1.0 / comm_->size();
+  const ZeroStage st = options_.stage;
+  if (st == ZeroStage::DDP) {
+    scale_(u.grad_flat, inv_n);
+  } else {
+    scale_(p.reduced, inv_n);
+    if (st == ZeroStage::One) {
+      u.grad_shard.copy_(p.reduced);  // own block of the (persistent) full gradients
+    } else {
+      add_(u.grad_shard, p.reduced);  // micro-batches accumulate into the shard
+      u.grad_full->release();
+    }
+  }
+  emit(TraceKind::ReduceEnd, &u);
+}
+
+void ZeroPartitioner::finish_grad_reductions() {
+  // Taken out first: a wait that throws (watchdog) must not leave the others to be finished twice.
+  std::vector<PendingReduce> pending = std::move(pending_reduces_);
+  pending_reduces_.clear();
+  for (const PendingReduce& p : pending) finish_reduce(p);
 }
 
 // ---- step ----
@@ -504,6 +547,7 @@ std::vector<double> device_sums_of_squares(const std::vector<std::unique_ptr<Par
 #endif
 
 double ZeroPartitioner::clip_grad_norm(double max_norm) {
+  finish_grad_reductions();  // normally done when backward() returned
   double sq = 0.0;
   unit_grad_sq_.assign(units_.size(), 0.0);
 #ifdef ZDL_WITH_CUDA
@@ -572,6 +616,7 @@ void ZeroPartitioner::refresh_params() {
 }
 
 void ZeroPartitioner::zero_grad() {
+  finish_grad_reductions();  // no buffer is zeroed or freed under a pending collective
   for (auto& u : units_) {
     if (options_.stage == ZeroStage::DDP || options_.stage == ZeroStage::One) {
       u->grad_flat.zero_();

@@ -14,7 +14,10 @@
 //                            all stages: make the unit's gradient buffer ready
 //        post-backward hook  stage 0: all-reduce grads; 1: reduce-scatter grads (full grads
 //                            stay); 2-3: reduce-scatter into the grad shard and free the full
-//                            grads; 3: also free the full parameters
+//                            grads; 3: also free the full parameters. The reduction is issued
+//                            asynchronously and finished when the next unit's is issued, so it
+//                            overlaps the previous unit's backward; backward() returns with
+//                            every reduction finished ([Note: overlapped gradient reduction]).
 //   3. Per step: forward/backward (set_grad_sync for micro-batches), `clip_grad_norm`, then the
 //      ZeroAdamW step (optim on own shards; stages 1-2 all-gather parameters afterwards),
 //      `zero_grad`.
@@ -126,6 +129,15 @@ class ZeroPartitioner {
   void prefetch(int from, int direction, CommPhase phase);
   void prepare_grads(ParamUnit& u);
   void reduce_grads(ParamUnit& u);
+  // A unit's gradient reduction in flight: `reduced` receives its shard (stages 1-3).
+  struct PendingReduce {
+    ParamUnit* unit;
+    std::shared_ptr<Work> work;
+    Tensor reduced;
+  };
+  void finish_reduce(const PendingReduce& p);
+  // Waits for every reduction in flight and stores its result (no-op when none).
+  void finish_grad_reductions();
   // Divergence check: every rank must be at the same (event, unit) here.
   void agree(int event, const ParamUnit* u);
   std::string describe(int64_t tag) const;
@@ -137,6 +149,8 @@ class ZeroPartitioner {
   std::vector<ParamUnit*> block_order_;             // units other than the root, forward order
   bool wrapped_ = false;
   bool grad_sync_ = true;
+  std::vector<PendingReduce> pending_reduces_;
+  bool finish_queued_ = false;  // finish_grad_reductions queued to run when the backward ends
   int64_t step_ = 0;
   int64_t check_seq_ = 0;
   double last_grad_norm_ = 0.0;

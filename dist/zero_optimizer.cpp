@@ -45,6 +45,7 @@ void ZeroAdamW::build_device_tables() {
 
 void ZeroAdamW::step(double grad_scale) {
   NoGradGuard ng;
+  zero_.finish_grad_reductions();  // normally done when backward() returned
   zero_.emit(TraceKind::StepBegin, nullptr);
   ++step_;
 #ifdef ZDL_WITH_CUDA

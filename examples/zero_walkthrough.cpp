@@ -174,22 +174,25 @@ std::string total_formula(ZeroStage st, ElementBytes e) {
 // The peak of a category during a step under this implementation's schedule (not the paper's:
 // it counts model states only). ZeRO-3 holds the root unit gathered for all of forward and of
 // backward, plus the unit at work and the `prefetch` units gathered ahead of it; ZeRO-2/3 hold
-// the root's full gradients for the whole backward plus one block's; the reduce-scatter output
-// is one unit's shard. Activations have no closed form here: they are measured only. -1: none.
+// the root's full gradients for the whole backward plus two adjacent blocks' (the one computing
+// and the one whose reduce-scatter is in flight, docs/zero.md); the reduce-scatter output is
+// one unit's shard. Activations have no closed form here: they are measured only. -1: none.
 int64_t peak_closed_form(const StageRun& r, Cat c, int N, ElementBytes e) {
   const int st = static_cast<int>(r.stage);
   const int64_t P = r.padded;
-  int64_t largest_block = 0, window = 0;
-  const size_t k = std::min(r.block_sizes.size(), static_cast<size_t>(r.prefetch) + 1);
-  for (size_t i = 0; i + k <= r.block_sizes.size(); ++i) {
-    int64_t sum = 0;
-    for (size_t j = i; j < i + k; ++j) sum += r.block_sizes[j];
-    window = std::max(window, sum);
-  }
-  for (int64_t b : r.block_sizes) largest_block = std::max(largest_block, b);
+  auto window = [&](size_t blocks) {  // largest sum of `blocks` adjacent block sizes
+    const size_t k = std::min(r.block_sizes.size(), blocks);
+    int64_t best = 0;
+    for (size_t i = 0; i + k <= r.block_sizes.size(); ++i) {
+      int64_t sum = 0;
+      for (size_t j = i; j < i + k; ++j) sum += r.block_sizes[j];
+      best = std::max(best, sum);
+    }
+    return best;
+  };
   switch (c) {
-    case kParam: return st < 3 ? e.s * P : e.s * (P / N + r.root_size + window);
-    case kGrad: return st < 2 ? e.s * P : e.s * (P / N + r.root_size + largest_block);
+    case kParam: return st < 3 ? e.s * P : e.s * (P / N + r.root_size + window(static_cast<size_t>(r.prefetch) + 1));
+    case kGrad: return st < 2 ? e.s * P : e.s * (P / N + r.root_size + window(2));
     case kOptim: return static_cast<int64_t>(state_bytes(r.stage, kOptim, static_cast<double>(P), N, e));
     case kComm: return st == 0 ? 0 : e.s * r.largest_unit / N;
     default: return -1;
@@ -470,8 +473,8 @@ int run(const Args& a, dist::Communicator& comm) {
   if (a.device != "cpu") {
     if (a.device == "cuda")
       throw UsageError(
-          "--device cuda: the CUDA backend is not available yet in this build (the ZeRO partition manager places "
-          "model states on the CPU only; CUDA support is tracked as a separate issue). Run with --device cpu");
+          "--device cuda: the walkthrough measures CPU runs only (its closed forms are checked against the CPU's "
+          "memory ledger). Run it with --device cpu; train on GPUs with train_gpt --device cuda (docs/cuda.md)");
     throw UsageError("--device must be cpu or cuda, got '" + a.device + "'");
   }
   DType dtype;
@@ -782,7 +785,7 @@ int main(int argc, char** argv) {
   Args a;
   CLI::App app{"zero_walkthrough: DDP, ZeRO-1, ZeRO-2 and ZeRO-3 on the same GPT, measured next to the paper"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--device", a.device, "cpu (cuda: not available yet in this build)");
+  app.add_option("--device", a.device, "cpu (the walkthrough measures CPU runs; train_gpt has --device cuda)");
   app.add_option("--n-layer", a.n_layer, "transformer blocks L")->check(CLI::PositiveNumber);
   app.add_option("--n-head", a.n_head, "attention heads")->check(CLI::PositiveNumber);
   app.add_option("--n-embd", a.n_embd, "channels C")->check(CLI::PositiveNumber);

@@ -250,8 +250,6 @@ TensorList Module::call(const TensorList& inputs, const std::function<TensorList
 void Module::to_string_impl(std::string& out, const std::string& name, int depth) const {
   std::string indent(static_cast<size_t>(depth) * 2, ' ');
   out += indent + (name.empty() ? "" : "(" + name + "): ") + type_name_ + "(" + extra_repr() + ")";
-  int64_t own = 0;
-  for (auto& [n, t] : params_) own += t.numel();
   int64_t total = 0;
   for (auto& [n, t] : named_parameters()) total += t.numel();
   if (children_.empty()) {

@@ -248,7 +248,7 @@ def plot_timeline(out, plt):
               "reduce": "#8172b3"}
     labels = {"forward": "forward compute", "backward": "backward compute",
               "gather": "all-gather in flight (issue -> wait returns)", "blocked": "compute blocked (on the other ranks, then on the all-gather)",
-              "reduce": "reduce-scatter (blocking)"}
+              "reduce": "reduce-scatter in flight (issue -> finished)"}
     for ax, pf in zip(axes, prefetches):
         tr = trace_of(rows, "zero3", pf)
         sp = spans(tr)

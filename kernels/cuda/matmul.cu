@@ -55,11 +55,19 @@ cudaDataType_t cuda_type(DType t) {
   return CUDA_R_32F;
 }
 
-// Largest power of two (<= 256) dividing the address.
-uint32_t alignment_of(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
+// Largest power of two (<= 256) dividing an address or a byte offset.
+uint32_t alignment_of(uintptr_t a) {
   uint32_t align = 256;
   while (align > 1 && a % align != 0) align >>= 1;
+  return align;
+}
+uint32_t alignment_of(const void* p) { return alignment_of(reinterpret_cast<uintptr_t>(p)); }
+
+// Alignment every matrix of a strided batch shares: matrix i starts at p + i * stride elements,
+// so a batch stride of an odd byte size lowers it below the first matrix's.
+uint32_t batch_alignment(const void* p, int64_t batch, int64_t stride, size_t element_size) {
+  uint32_t align = alignment_of(p);
+  if (batch > 1) align = std::min(align, alignment_of(static_cast<uintptr_t>(stride) * element_size));
   return align;
 }
 
@@ -283,9 +291,11 @@ void run_product(DType dtype, int64_t batch, int64_t M, int64_t N, int64_t K, bo
                  int64_t stride_c, bool accumulate, const void* bias) {
   GemmContext& ctx = context();
   if (batch == 1) stride_a = stride_b = stride_c = 0;  // unused; keeps one plan per problem
+  const size_t es = element_size(dtype);
   PlanKey key{dtype,   batch,    M,        N,        K,    trans_a,        trans_b,        lda,
-              ldb,     ldc,      stride_a, stride_b, stride_c, bias != nullptr, alignment_of(a), alignment_of(b),
-              alignment_of(c), bias ? alignment_of(bias) : 0u};
+              ldb,     ldc,      stride_a, stride_b, stride_c, bias != nullptr, batch_alignment(a, batch, stride_a, es),
+              batch_alignment(b, batch, stride_b, es), batch_alignment(c, batch, stride_c, es),
+              bias ? alignment_of(bias) : 0u};
   const Plan& plan = ctx.plan(key, bias);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   if (!plan.use_lt) {

@@ -1,6 +1,8 @@
 // ZeRO on one rank (LocalCommunicator): every stage is bit-exact with plain training, and the
 // memory / traffic ledgers follow the closed forms at N = 1. The same cases run at N = 2, 4
 // in tests/dist/mpi/zero_mpi_test.cpp.
+#include <algorithm>
+
 #include "zero_cases.h"
 
 namespace zdl::dist::testing {
@@ -66,6 +68,49 @@ TEST(ZeroLocal, TraceShowsTheUnitLifecycleInOrder) {
     EXPECT_EQ(order(TraceKind::GatherIssue).size(), stage == ZeroStage::Three ? 8u : 0u) << stage_name(stage);
     EXPECT_EQ(order(TraceKind::StepEnd).size(), 1u);
     for (size_t i = 1; i < events.size(); ++i) EXPECT_GE(events[i].t_us, events[i - 1].t_us);
+  }
+}
+
+// [Note: overlapped gradient reduction] in dist/zero.cpp: each unit's reduction is issued when
+// its gradients are complete and finished when the next unit's is issued, so it spans the
+// backward of the previous unit; backward() returns with all of them finished.
+TEST(ZeroLocal, GradientReductionsOverlapThePreviousUnitsBackwardAndFinishBeforeBackwardReturns) {
+  for (ZeroStage stage : kAllStages) {
+    std::shared_ptr<Communicator> shared(&local(), [](Communicator*) {});
+    ZeroPartitioner zero(shared, ZeroOptions{.stage = stage});
+    std::shared_ptr<nn::GPT> model;
+    {
+      auto scope = zero.placement_scope(1);
+      model = std::make_shared<nn::GPT>(tiny_gpt());
+    }
+    zero.wrap(*model);
+    std::vector<TraceEvent> events;
+    zero.set_trace([&](const TraceEvent& e) { events.push_back(e); });
+    RunConfig c;
+    auto [x, y] = global_batch(c, model->config.vocab_size, 0, 0);
+    model->loss(x, y).backward();
+    auto index = [&](TraceKind k, const std::string& unit) {
+      for (size_t i = 0; i < events.size(); ++i)
+        if (events[i].kind == k && events[i].unit == unit) return static_cast<int>(i);
+      ADD_FAILURE() << stage_name(stage) << ": no " << trace_kind_name(k) << " event for " << unit;
+      return -1;
+    };
+    for (const char* u : {"h.0", "h.1", "h.2", "<root>"}) {  // all finished when backward() returned
+      EXPECT_LT(index(TraceKind::ReduceBegin, u), index(TraceKind::ReduceEnd, u)) << stage_name(stage) << " " << u;
+    }
+    for (auto [later, earlier] : {std::pair{"h.2", "h.1"}, {"h.1", "h.0"}}) {
+      EXPECT_LT(index(TraceKind::ReduceBegin, later), index(TraceKind::BackwardBegin, earlier))
+          << stage_name(stage) << ": " << later << "'s reduction should be issued before " << earlier << "'s backward";
+      EXPECT_GT(index(TraceKind::ReduceEnd, later), index(TraceKind::BackwardBegin, earlier))
+          << stage_name(stage) << ": " << later << "'s reduction should be in flight during " << earlier << "'s backward";
+    }
+    // Reduced gradients are in place: the shards hold them, stages 2-3 freed the full gradients.
+    for (auto& u : zero.units()) {
+      std::vector<double> g = u->grad_shard.to_vector();
+      EXPECT_TRUE(std::any_of(g.begin(), g.end(), [](double v) { return v != 0.0; }))
+          << stage_name(stage) << " " << u->name;
+      if (stage == ZeroStage::Two || stage == ZeroStage::Three) EXPECT_TRUE(u->grad_full->is_released()) << u->name;
+    }
   }
 }
 
