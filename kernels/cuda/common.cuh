@@ -39,8 +39,19 @@ template <class T>
 __device__ __forceinline__ T from_f(float x);
 template <>
 __device__ __forceinline__ float from_f<float>(float x) { return x; }
+// f32 -> bf16 bits as core/dtype.h's BFloat16 does: round to nearest even, and a NaN keeps its
+// sign and payload, made quiet (the hardware conversion returns one canonical NaN instead).
+__device__ __forceinline__ uint16_t bf16_bits_from_float(float f) {
+  const uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
+  __nv_bfloat16_raw r;
+  r.x = bf16_bits_from_float(x);
+  return __nv_bfloat16(r);
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

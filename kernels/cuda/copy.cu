@@ -15,11 +15,6 @@ namespace {
 
 // ---- element conversions, bit-identical to core/dtype.h / dtype.cpp ----
 
-__device__ __forceinline__ uint16_t bf16_bits_from_float(float f) {
-  const uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 __device__ __forceinline__ float float_from_bf16_bits(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
 
 __device__ __forceinline__ uint16_t half_bits_from_float(float f) {

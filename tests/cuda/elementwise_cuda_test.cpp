@@ -178,6 +178,13 @@ TEST(CudaElementwise, CastMatchesCpuBitForBit) {
   OpRun cpu = run_op([](const TL& x) { return cast(x[0], DType::F32); }, {m.to(DType::BF16)}, Device::cpu());
   OpRun gpu = run_op([](const TL& x) { return cast(x[0], DType::F32); }, {m.to(DType::BF16)}, Device::cuda());
   expect_bit_equal(gpu, cpu, "cast bf16 -> f32");
+  // NaNs (sign kept, made quiet), infinities, ties and -0 round as on the CPU, in the cast and in
+  // an arithmetic kernel's bf16 store.
+  Tensor special = Tensor::from_vector(std::vector<double>{NAN, -NAN, INFINITY, -INFINITY, 1.00390625, 1.01171875, -0.0},
+                                      {7}, DType::F32);
+  EXPECT_TRUE(bytes_of(cast(special.to(Device::cuda()), DType::BF16)) == bytes_of(cast(special, DType::BF16)));
+  Tensor special_bf16 = cast(special, DType::BF16);
+  EXPECT_TRUE(bytes_of(mul(special_bf16.to(Device::cuda()), 1.0)) == bytes_of(mul(special_bf16, 1.0)));
 }
 
 TEST(CudaElementwise, Deterministic) {
