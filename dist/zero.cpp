@@ -463,7 +463,7 @@ void ZeroPartitioner::prepare_grads(ParamUnit& u) {
 // (waited for, scaled by 1/N, stored into the shard, full gradients freed) when the next unit's
 // reduction is issued, so one reduction is in flight while the backward computes the previous
 // unit. The gradient buffer under a pending reduction is neither written (the backward is done
-// with that unit) nor freed (only finish_reduce frees it). A callback queued on the autograd
+// with that unit) nor freed (only finish_grad_reductions frees it). A callback queued on the autograd
 // engine finishes the last one before backward() returns, so callers see reduced gradients as
 // before. Cost: stages 2-3 hold the full gradients of one more unit while it is in flight.
 void ZeroPartitioner::reduce_grads(ParamUnit& u) {
@@ -484,19 +484,18 @@ void ZeroPartitioner::reduce_grads(ParamUnit& u) {
     }
     p.work = comm_->reduce_scatter_async(u.grad_flat, p.reduced);
   }
-  pending_reduces_.push_back(std::move(p));
-  if (!autograd::in_backward()) {
-    finish_grad_reductions();
-  } else if (!finish_queued_) {
-    finish_queued_ = true;
-    autograd::queue_callback([this] {
-      finish_queued_ = false;
-      finish_grad_reductions();
-    });
-  }
+  pending_reduce_ = std::move(p);
+  // Finished by the next unit's reduction, or at the end of this backward (a no-op by then for
+  // all but the last unit's callback; the engine drops the callbacks of a backward that throws).
+  if (autograd::in_backward()) autograd::queue_callback([this] { finish_grad_reductions(); });
+  else finish_grad_reductions();
 }
 
-void ZeroPartitioner::finish_reduce(const PendingReduce& p) {
+void ZeroPartitioner::finish_grad_reductions() {
+  if (!pending_reduce_) return;
+  // Taken out first: a wait that throws (watchdog) must not leave it to be finished again.
+  PendingReduce p = std::move(*pending_reduce_);
+  pending_reduce_.reset();
   ParamUnit& u = *p.unit;
   p.work->wait();
   const double inv_n = 1.0 / comm_->size();
@@ -513,13 +512,6 @@ void ZeroPartitioner::finish_reduce(const PendingReduce& p) {
     }
   }
   emit(TraceKind::ReduceEnd, &u);
-}
-
-void ZeroPartitioner::finish_grad_reductions() {
-  // Taken out first: a wait that throws (watchdog) must not leave the others to be finished twice.
-  std::vector<PendingReduce> pending = std::move(pending_reduces_);
-  pending_reduces_.clear();
-  for (const PendingReduce& p : pending) finish_reduce(p);
 }
 
 // ---- step ----

@@ -33,6 +33,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -135,8 +136,7 @@ class ZeroPartitioner {
     std::shared_ptr<Work> work;
     Tensor reduced;
   };
-  void finish_reduce(const PendingReduce& p);
-  // Waits for every reduction in flight and stores its result (no-op when none).
+  // Waits for the reduction in flight (if any) and stores its result.
   void finish_grad_reductions();
   // Divergence check: every rank must be at the same (event, unit) here.
   void agree(int event, const ParamUnit* u);
@@ -149,8 +149,7 @@ class ZeroPartitioner {
   std::vector<ParamUnit*> block_order_;             // units other than the root, forward order
   bool wrapped_ = false;
   bool grad_sync_ = true;
-  std::vector<PendingReduce> pending_reduces_;
-  bool finish_queued_ = false;  // finish_grad_reductions queued to run when the backward ends
+  std::optional<PendingReduce> pending_reduce_;  // at most one in flight
   int64_t step_ = 0;
   int64_t check_seq_ = 0;
   double last_grad_norm_ = 0.0;
