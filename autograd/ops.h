@@ -109,8 +109,10 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);
 // The loss has the logits' dtype, except for bf16 logits: then it is f32.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -1);
 // Inverted dropout with probability p; the mask of element i is a pure function of
-// (seed, stream, i), so it is reproducible and shardable. Identity when !training or p == 0.
-Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed, uint64_t stream);
+// (seed, stream, offset + i), so it is reproducible and shardable: a slice of a larger tensor
+// passes its first element's flat index as offset and gets that slice of the larger mask.
+// Identity when !training or p == 0.
+Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed, uint64_t stream, int64_t offset = 0);
 
 // ---- attention (autograd/ops/attention.cpp) ----
 // Causal scaled-dot-product attention: q, k, v [B, NH, T, HS] -> [B, NH, T, HS];

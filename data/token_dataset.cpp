@@ -59,21 +59,31 @@ void TokenDataset::set_position(int64_t batches) {
 
 Batch TokenDataset::next_batch() { return random_batch(Split::Train, position_++); }
 
+int64_t TokenDataset::window_start(Split split, int64_t index, int64_t row) const {
+  // A window [start, start + T + 1) fits for start in [0, size - T - 1]: size - T choices.
+  // 64 random bits mod a count < 2^40 has a negligible bias (< 2^-24).
+  const uint64_t choices = static_cast<uint64_t>(split_size(split) - opts_.seq_len);
+  const uint64_t stream = (static_cast<uint64_t>(split) << 32) | static_cast<uint64_t>(row);
+  auto r = Philox::block(opts_.seed, stream, static_cast<uint64_t>(index));
+  const uint64_t bits = (static_cast<uint64_t>(r[1]) << 32) | r[0];
+  return split_begin(split) + static_cast<int64_t>(bits % choices);
+}
+
 std::vector<int64_t> TokenDataset::window_starts(Split split, int64_t index) const {
   check_split(split, "random batch");
   ZDL_CHECK(index >= 0, "TokenDataset: batch index must be >= 0, got ", index);
-  const int64_t B = opts_.batch_size, T = opts_.seq_len;
-  // A window [start, start + T + 1) fits for start in [0, size - T - 1]: size - T choices.
-  // 64 random bits mod a count < 2^40 has a negligible bias (< 2^-24).
-  const uint64_t choices = static_cast<uint64_t>(split_size(split) - T);
-  std::vector<int64_t> starts(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) {
-    const uint64_t stream = (static_cast<uint64_t>(split) << 32) | static_cast<uint64_t>(b);
-    auto r = Philox::block(opts_.seed, stream, static_cast<uint64_t>(index));
-    const uint64_t bits = (static_cast<uint64_t>(r[1]) << 32) | r[0];
-    starts[static_cast<size_t>(b)] = split_begin(split) + static_cast<int64_t>(bits % choices);
-  }
+  std::vector<int64_t> starts(static_cast<size_t>(opts_.batch_size));
+  for (int64_t b = 0; b < opts_.batch_size; ++b) starts[static_cast<size_t>(b)] = window_start(split, index, b);
   return starts;
+}
+
+Batch TokenDataset::step_rows(int64_t step, int64_t first, int64_t count) const {
+  check_split(Split::Train, "training step");
+  ZDL_CHECK(step >= 0 && first >= 0 && count >= 1 && first + count <= (int64_t{1} << 32), "TokenDataset '", path(),
+            "': step_rows(step=", step, ", first=", first, ", count=", count, ") is out of range");
+  std::vector<int64_t> starts(static_cast<size_t>(count));
+  for (int64_t j = 0; j < count; ++j) starts[static_cast<size_t>(j)] = window_start(Split::Train, step, first + j);
+  return copy_windows(starts.data(), count);
 }
 
 Batch TokenDataset::random_batch(Split split, int64_t index) const { return gather(window_starts(split, index)); }
@@ -95,14 +105,18 @@ Batch TokenDataset::eval_batch(Split split, int64_t index) const {
 }
 
 Batch TokenDataset::gather(const std::vector<int64_t>& global_starts) const {
-  const int64_t T = opts_.seq_len, rows = local_batch_size();
-  const int64_t first = opts_.rank * rows;
+  const int64_t rows = local_batch_size();
+  return copy_windows(global_starts.data() + opts_.rank * rows, rows);
+}
+
+Batch TokenDataset::copy_windows(const int64_t* starts, int64_t rows) const {
+  const int64_t T = opts_.seq_len;
   Batch batch{Tensor::empty({rows, T}, DType::I64), Tensor::empty({rows, T}, DType::I64)};
   int64_t* x = batch.inputs.data<int64_t>();
   int64_t* y = batch.targets.data<int64_t>();
   const uint8_t* bytes = file_.data();
   for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* w = bytes + global_starts[static_cast<size_t>(first + r)];
+    const uint8_t* w = bytes + starts[r];
     for (int64_t t = 0; t < T; ++t) {
       x[r * T + t] = w[t];
       y[r * T + t] = w[t + 1];

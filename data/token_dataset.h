@@ -77,6 +77,13 @@ class TokenDataset {
   // inputs are bytes [start, start + T), its targets [start + 1, start + T + 1).
   std::vector<int64_t> window_starts(Split split, int64_t index) const;
 
+  // Rows [first, first + count) of training step `step`'s sequences, unsliced (every rank
+  // asks for the rows it computes). A step may hold any number of sequences (B x grad_accum);
+  // row j's window comes from Philox(key = seed, counter = (step, stream = j)), so the rows are
+  // the same however the step is split into ranks and micro-batches, and row j < B of step s
+  // is row j of random_batch(Split::Train, s).
+  Batch step_rows(int64_t step, int64_t first, int64_t count) const;
+
   // Sequential batch `index` of `split`: global row b holds tokens
   // [index*B*T + b*T, index*B*T + (b+1)*T + 1) of the split; this rank gets its rows.
   Batch eval_batch(Split split, int64_t index) const;
@@ -99,6 +106,10 @@ class TokenDataset {
   void check_split(Split s, const char* what) const;
   // Copies this rank's rows of windows starting at `global_starts` (file offsets).
   Batch gather(const std::vector<int64_t>& global_starts) const;
+  // Copies `rows` windows starting at starts[0..rows).
+  Batch copy_windows(const int64_t* starts, int64_t rows) const;
+  // File offset of row `row` of random batch `index` of `split`.
+  int64_t window_start(Split split, int64_t index, int64_t row) const;
 
   MappedFile file_;
   TokenDatasetOptions opts_;

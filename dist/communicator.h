@@ -79,6 +79,22 @@ class Communicator {
   // output's own block (in-place all-gather).
   virtual std::shared_ptr<Work> all_gather_async(const Tensor& input, const Tensor& output) = 0;
   virtual std::shared_ptr<Work> broadcast_async(const Tensor& t, int root) = 0;
+
+  // [Note: fixed-order reduction] The same sums in a fixed order: for N a power of two, block
+  // r's sum is a balanced pairwise tree over the ranks in which rank i sits at leaf
+  // bit_reverse(i) (the ranks are paired at distance N/2 first, then N/4, ...: recursive
+  // halving). Each rank sends (N-1)/N of the buffer, as a ring does, so the bytes are the
+  // native collective's. The input's contents are undefined afterwards (it is the work
+  // buffer). ZeRO's exact mode builds bit-identical training across world sizes on it
+  // (docs/exactness.md). Backends without one (NCCL, and any N not a power of two) run the
+  // native collective: deterministic run to run, but not tree-shaped.
+  virtual std::shared_ptr<Work> reduce_scatter_fixed_async(const Tensor& input, const Tensor& output) {
+    return reduce_scatter_async(input, output);
+  }
+  // In place: the fixed-order reduce-scatter, then an all-gather (the same tree for every block).
+  virtual std::shared_ptr<Work> all_reduce_fixed_async(const Tensor& t) { return all_reduce_async(t); }
+  // Whether the *_fixed_async collectives really follow the tree (false: they fall back).
+  virtual bool has_fixed_order() const { return size() == 1; }
   // Blocks until every rank reached it (host-side; with NCCL it does not order GPU work).
   virtual void barrier() = 0;
 

@@ -14,6 +14,8 @@
 #include <iostream>
 #include <mutex>
 #include <thread>
+#include <type_traits>
+#include <vector>
 
 #include "core/device_copy.h"
 #include "dist/async_work.h"
@@ -187,6 +189,55 @@ int checked_count(const Communicator& c, const char* op, int64_t n) {
   return static_cast<int>(n);
 }
 
+bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+// dst[i] += src[i] in dtype t; 16-bit floats add in float and round once, as the MPI sum ops.
+template <class T>
+void add_elements(char* dst, const char* src, int64_t n) {
+  auto* d = reinterpret_cast<T*>(dst);
+  auto* s = reinterpret_cast<const T*>(src);
+  if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
+    for (int64_t i = 0; i < n; ++i) d[i] = T(static_cast<float>(d[i]) + static_cast<float>(s[i]));
+  } else {
+    for (int64_t i = 0; i < n; ++i) d[i] = d[i] + s[i];
+  }
+}
+
+void add_into(DType t, char* dst, const char* src, int64_t n) {
+  switch (t) {
+    case DType::F32: return add_elements<float>(dst, src, n);
+    case DType::F64: return add_elements<double>(dst, src, n);
+    case DType::BF16: return add_elements<BFloat16>(dst, src, n);
+    case DType::F16: return add_elements<Half>(dst, src, n);
+    case DType::I32: return add_elements<int32_t>(dst, src, n);
+    case DType::I64: return add_elements<int64_t>(dst, src, n);
+  }
+}
+
+// On the communication thread, N a power of two: recursive halving over buf (N blocks of
+// `block` elements). At distance d = N/2, N/4, ..., 1 a rank keeps the half of its current
+// block range that holds its own block, sends the other half to rank ^ d and adds what that
+// rank sends back; buf's block `rank` ends as the pairwise tree of [Note: fixed-order reduction].
+void halving_reduce_scatter(char* buf, int block, DType t, int rank, int size, MPI_Comm comm) {
+  const size_t block_bytes = static_cast<size_t>(block) * element_size(t);
+  const MPI_Datatype type = mpi_type(t);
+  std::vector<char> recv(block_bytes * static_cast<size_t>(size / 2));
+  int lo = 0, cnt = size;
+  for (int d = size / 2; d >= 1; d /= 2) {
+    const int half = cnt / 2, partner = rank ^ d;
+    const int keep = (rank & d) == 0 ? lo : lo + half, give = keep == lo ? lo + half : lo;
+    const int count = half * block;
+    MPI_Request req[2];
+    ZDL_MPI_CHECK(MPI_Irecv(recv.data(), count, type, partner, 0, comm, &req[0]));
+    ZDL_MPI_CHECK(MPI_Isend(buf + static_cast<size_t>(give) * block_bytes, count, type, partner, 0, comm, &req[1]));
+    wait_politely(req[0]);
+    wait_politely(req[1]);
+    add_into(t, buf + static_cast<size_t>(keep) * block_bytes, recv.data(), count);
+    lo = keep;
+    cnt = half;
+  }
+}
+
 }  // namespace
 
 // ---- the communication thread --------------------------------------------------------------
@@ -299,7 +350,25 @@ int MpiCommunicator::local_rank() const { return state_->local_rank; }
 
 int MpiCommunicator::thread_level() { return MpiRuntime::get().level(); }
 
-std::shared_ptr<Work> MpiCommunicator::all_reduce_async(const Tensor& t) {
+std::shared_ptr<Work> MpiCommunicator::all_reduce_async(const Tensor& t) { return start_all_reduce(t, false); }
+
+std::shared_ptr<Work> MpiCommunicator::all_reduce_fixed_async(const Tensor& t) {
+  return start_all_reduce(t, has_fixed_order() && size() > 1 && t.numel() % size() == 0);
+}
+
+std::shared_ptr<Work> MpiCommunicator::reduce_scatter_async(const Tensor& input, const Tensor& output) {
+  return start_reduce_scatter(input, output, false);
+}
+
+std::shared_ptr<Work> MpiCommunicator::reduce_scatter_fixed_async(const Tensor& input, const Tensor& output) {
+  return start_reduce_scatter(input, output, has_fixed_order() && size() > 1);
+}
+
+bool MpiCommunicator::has_fixed_order() const { return is_power_of_two(size()); }
+
+// tree: recursive halving then an in-place all-gather ([Note: fixed-order reduction]); else
+// MPI's own all-reduce.
+std::shared_ptr<Work> MpiCommunicator::start_all_reduce(const Tensor& t, bool tree) {
   check_collective("all_reduce", t, t, 1, 1);
   const int count = checked_count(*this, "all_reduce", t.numel());
   const int64_t bytes = static_cast<int64_t>(t.nbytes());
@@ -308,15 +377,26 @@ std::shared_ptr<Work> MpiCommunicator::all_reduce_async(const Tensor& t) {
   work->keep_alive(t);
   copy_back_when_done(*work, t, h);
   record_collective(CollectiveKind::AllReduce, bytes, size());
-  MPI_Datatype type = mpi_type(t.dtype());
-  MPI_Op op = sum_op(t.dtype());
+  const DType dt = t.dtype();
+  const MPI_Datatype type = mpi_type(dt);
+  const MPI_Op op = sum_op(dt);
+  const int r = rank(), n = size();
   MPI_Comm comm = state_->comm;
   char* p = h.ptr;
-  state_->submit(work, [=] { ZDL_MPI_RUN(MPI_Iallreduce, MPI_IN_PLACE, p, count, type, op, comm); });
+  state_->submit(work, [=] {
+    if (!tree) {
+      ZDL_MPI_RUN(MPI_Iallreduce, MPI_IN_PLACE, p, count, type, op, comm);
+      return;
+    }
+    halving_reduce_scatter(p, count / n, dt, r, n, comm);
+    ZDL_MPI_RUN(MPI_Iallgather, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p, count / n, type, comm);
+  });
   return work;
 }
 
-std::shared_ptr<Work> MpiCommunicator::reduce_scatter_async(const Tensor& input, const Tensor& output) {
+// tree: recursive halving in the input (which it overwrites), then the own block to the
+// output; else MPI's own reduce-scatter.
+std::shared_ptr<Work> MpiCommunicator::start_reduce_scatter(const Tensor& input, const Tensor& output, bool tree) {
   check_collective("reduce_scatter", input, output, size(), 1);
   const int count = checked_count(*this, "reduce_scatter", input.numel());
   const int block = count / size();
@@ -330,18 +410,25 @@ std::shared_ptr<Work> MpiCommunicator::reduce_scatter_async(const Tensor& input,
   copy_back_when_done(*work, output, out);
   // MPI forbids aliased buffers; an output inside the input gets its result through a temporary.
   std::shared_ptr<std::vector<char>> tmp;
-  if (overlaps(in.ptr, input.nbytes(), out.ptr, output.nbytes())) {
+  if (!tree && overlaps(in.ptr, input.nbytes(), out.ptr, output.nbytes())) {
     tmp = std::make_shared<std::vector<char>>(output.nbytes());
     work->keep_alive(std::static_pointer_cast<void>(tmp));
   }
   record_collective(CollectiveKind::ReduceScatter, bytes, size());
-  MPI_Datatype type = mpi_type(input.dtype());
-  MPI_Op op = sum_op(input.dtype());
+  const DType dt = input.dtype();
+  const MPI_Datatype type = mpi_type(dt);
+  const MPI_Op op = sum_op(dt);
+  const int r = rank(), n = size();
   MPI_Comm comm = state_->comm;
   char* src = in.ptr;
   char* dst = out.ptr;
   const size_t out_bytes = output.nbytes();
   state_->submit(work, [=] {
+    if (tree) {
+      halving_reduce_scatter(src, block, dt, r, n, comm);
+      std::memmove(dst, src + static_cast<size_t>(r) * out_bytes, out_bytes);  // may be the same bytes
+      return;
+    }
     ZDL_MPI_RUN(MPI_Ireduce_scatter_block, src, tmp ? tmp->data() : dst, block, type, op, comm);
     if (tmp) std::memcpy(dst, tmp->data(), out_bytes);
   });

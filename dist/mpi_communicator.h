@@ -42,6 +42,11 @@ class MpiCommunicator final : public Communicator {
   std::shared_ptr<Work> reduce_scatter_async(const Tensor& input, const Tensor& output) override;
   std::shared_ptr<Work> all_gather_async(const Tensor& input, const Tensor& output) override;
   std::shared_ptr<Work> broadcast_async(const Tensor& t, int root) override;
+  // Recursive halving over point-to-point exchanges when N is a power of two (see
+  // [Note: fixed-order reduction]); otherwise the native collectives.
+  std::shared_ptr<Work> reduce_scatter_fixed_async(const Tensor& input, const Tensor& output) override;
+  std::shared_ptr<Work> all_reduce_fixed_async(const Tensor& t) override;
+  bool has_fixed_order() const override;
   void barrier() override;
   std::vector<int64_t> all_gather_i64(int64_t value) override;
   std::vector<double> all_reduce_sums(std::vector<double> values) override;
@@ -56,6 +61,8 @@ class MpiCommunicator final : public Communicator {
   bool accepts_device(Device d) const override { return d.is_cpu() || d == device(); }
 
  private:
+  std::shared_ptr<Work> start_all_reduce(const Tensor& t, bool tree);
+  std::shared_ptr<Work> start_reduce_scatter(const Tensor& input, const Tensor& output, bool tree);
   struct State;
   std::shared_ptr<State> state_;
 };

@@ -56,6 +56,13 @@ class ParamUnit {
   Tensor grad_flat;     // view of grad_full
   Tensor grad_shard;    // [shard] (stage 1: view of grad_flat's own block)
   Tensor exp_avg, exp_avg_sq;
+  // Exact reduction, gradient accumulation: this step's reduced micro-batch gradients summed
+  // pairwise so far (a binary counter: entry i sums 2^level micro-batches; levels decrease).
+  struct PartialSum {
+    int level;
+    Tensor sum;
+  };
+  std::vector<PartialSum> grad_partials;
 
   bool gathered() const { return !full->is_released() && !pending_; }
   bool gathering() const { return pending_ != nullptr; }

@@ -8,6 +8,7 @@
 #include "autograd/engine.h"
 #include "autograd/ops.h"
 #include "kernels/cpu/optim.h"
+#include "kernels/cpu/square_sum.h"
 #ifdef ZDL_WITH_CUDA
 #include "kernels/cuda/optim.h"
 #endif
@@ -132,7 +133,19 @@ ZeroPartitioner::ZeroPartitioner(std::shared_ptr<Communicator> comm, ZeroOptions
     ZDL_CHECK(t == DType::F32 || t == DType::BF16, comm_->prefix(), " ZeRO on ", dev.str(),
               ": compute dtype must be f32 or bf16, got ", dtype_name(t), " (f64 runs on the CPU)");
   }
+  ZDL_CHECK(!(options_.no_sync && options_.reduction == GradReduction::Exact), comm_->prefix(),
+            " no_sync keeps a running sum of full gradients on each rank, which has no fixed summation tree; "
+            "use it with ZeroOptions::reduction = GradReduction::Native");
   if (!options_.is_unit) options_.is_unit = [](const nn::Module& m) { return m.type_name() == "Block"; };
+}
+
+int64_t ZeroPartitioner::micro_batch_index(int64_t micro_step) const {
+  const int n = comm_->size(), r = comm_->rank();
+  if (!exact() || !comm_->has_fixed_order()) return micro_step * n + r;
+  int leaf = 0;  // bit_reverse(r) over log2(n) bits
+  for (int bit = 1, rev = n >> 1; bit < n; bit <<= 1, rev >>= 1)
+    if (r & bit) leaf |= rev;
+  return micro_step * n + leaf;
 }
 
 ZeroPartitioner::~ZeroPartitioner() = default;
@@ -468,21 +481,23 @@ void ZeroPartitioner::prepare_grads(ParamUnit& u) {
 // before. Cost: stages 2-3 hold the full gradients of one more unit while it is in flight.
 void ZeroPartitioner::reduce_grads(ParamUnit& u) {
   const ZeroStage st = options_.stage;
-  if (!grad_sync_ && (st == ZeroStage::DDP || st == ZeroStage::One || (st == ZeroStage::Two && options_.no_sync)))
+  if (!exact() && !grad_sync_ &&
+      (st == ZeroStage::DDP || st == ZeroStage::One || (st == ZeroStage::Two && options_.no_sync)))
     return;
   finish_grad_reductions();  // at most one in flight
   agree(kGradReduce, &u);
   emit(TraceKind::ReduceBegin, &u);
   CommPhaseScope ps(CommPhase::GradReduce);
-  PendingReduce p{&u, nullptr, Tensor()};
+  PendingReduce p{&u, nullptr, Tensor(), grad_sync_};
   if (st == ZeroStage::DDP) {
-    p.work = comm_->all_reduce_async(u.grad_flat);
+    p.work = exact() ? comm_->all_reduce_fixed_async(u.grad_flat) : comm_->all_reduce_async(u.grad_flat);
   } else {
     {
       MemoryScope ms(MemoryCategory::CommBuffer);
       p.reduced = Tensor::empty({u.shard_size}, options_.compute_dtype, options_.device);
     }
-    p.work = comm_->reduce_scatter_async(u.grad_flat, p.reduced);
+    p.work = exact() ? comm_->reduce_scatter_fixed_async(u.grad_flat, p.reduced)
+                     : comm_->reduce_scatter_async(u.grad_flat, p.reduced);
   }
   pending_reduce_ = std::move(p);
   // Finished by the next unit's reduction, or at the end of this backward (a no-op by then for
@@ -500,7 +515,11 @@ void ZeroPartitioner::finish_grad_reductions() {
   p.work->wait();
   const double inv_n = 1.0 / comm_->size();
   const ZeroStage st = options_.stage;
-  if (st == ZeroStage::DDP) {
+  if (exact()) {
+    const Tensor& reduced = st == ZeroStage::DDP ? u.grad_flat : p.reduced;
+    scale_(reduced, inv_n);
+    accumulate_exact(u, reduced, p.last);
+  } else if (st == ZeroStage::DDP) {
     scale_(u.grad_flat, inv_n);
   } else {
     scale_(p.reduced, inv_n);
@@ -512,6 +531,56 @@ void ZeroPartitioner::finish_grad_reductions() {
     }
   }
   emit(TraceKind::ReduceEnd, &u);
+}
+
+// [Note: pairwise accumulation] Micro-step a's reduced gradient is the sum of N consecutive
+// micro-batches (a whole subtree); the micro-steps are summed like a binary counter: a new sum
+// at level 0 merges with the newest entry while their levels match, so A micro-steps end as a
+// balanced pairwise tree over them (and any A as the same shape one process gives A x N
+// micro-batches). The partial sums live in Gradient (stage 0) or GradientShard buffers, at
+// most log2(A) of them; a step without accumulation needs none.
+void ZeroPartitioner::accumulate_exact(ParamUnit& u, const Tensor& reduced, bool last) {
+  const ZeroStage st = options_.stage;
+  // Stages 2-3 add into the shard (zero after zero_grad); stage 1's shard is its own block of
+  // the full buffer the reduction used as work space, and DDP's result is that buffer itself.
+  auto store = [&](const Tensor& v) {
+    const Tensor& dest = st == ZeroStage::DDP ? u.grad_flat : u.grad_shard;
+    if (st == ZeroStage::Two || st == ZeroStage::Three) add_(dest, v);
+    else if (!v.same(dest)) dest.copy_(v);
+  };
+  if (last && u.grad_partials.empty()) {  // the step's only micro-step
+    store(reduced);
+  } else {
+    Tensor sum;
+    {
+      MemoryScope ms(st == ZeroStage::DDP ? MemoryCategory::Gradient : MemoryCategory::GradientShard);
+      sum = Tensor::empty(reduced.shape(), reduced.dtype(), reduced.device());
+    }
+    sum.copy_(reduced);
+    int level = 0;
+    auto& parts = u.grad_partials;
+    while (!parts.empty() && parts.back().level == level) {  // left operand first: the older sum
+      add_(parts.back().sum, sum);
+      sum = parts.back().sum;
+      parts.pop_back();
+      ++level;
+    }
+    parts.push_back({level, sum});
+    if (last) {
+      while (parts.size() > 1) {  // A not a power of two: fold the rest newest-first
+        ParamUnit::PartialSum top = parts.back();
+        parts.pop_back();
+        add_(parts.back().sum, top.sum);
+      }
+      store(parts.back().sum);
+      parts.clear();
+    }
+  }
+  if (st == ZeroStage::DDP || st == ZeroStage::One) {
+    if (!last) u.grad_flat.zero_();  // the next micro-batch's backward starts from zero
+  } else {
+    u.grad_full->release();
+  }
 }
 
 // ---- step ----
@@ -538,28 +607,46 @@ std::vector<double> device_sums_of_squares(const std::vector<std::unique_ptr<Par
 }  // namespace
 #endif
 
+// [Note: exact gradient norm] On the CPU the squares of f32 / bf16 gradients are summed as an
+// exact fixed-point integer (kernels/cpu/square_sum.h) and the ranks' integers are summed by
+// an all-reduce of their 32-bit digits (exact in doubles), so the norm, and the clip factor,
+// have the same bits whatever the world size, stage or thread count. f64 runs and GPU
+// buffers sum in double (close, not bit-stable across decompositions).
 double ZeroPartitioner::clip_grad_norm(double max_norm) {
   finish_grad_reductions();  // normally done when backward() returned
-  double sq = 0.0;
   unit_grad_sq_.assign(units_.size(), 0.0);
-#ifdef ZDL_WITH_CUDA
-  if (options_.device.is_cuda()) unit_grad_sq_ = device_sums_of_squares(units_, options_.device);
-#endif
-  for (size_t i = 0; i < units_.size(); ++i) {
-    const Tensor& g = units_[i]->grad_shard;  // contiguous; padding elements are zero
-    double& s = unit_grad_sq_[i];
-    if (!g.device().is_cpu()) {
-      sq += s;  // measured on the device above
-      continue;
+  const bool sharded = options_.stage != ZeroStage::DDP && comm_->size() > 1;
+  const bool exact = options_.device.is_cpu() && options_.compute_dtype != DType::F64;
+  double sq = 0.0;
+  if (exact) {
+    kernels::cpu::ExactSquareSum total;
+    for (size_t i = 0; i < units_.size(); ++i) {
+      const Tensor& g = units_[i]->grad_shard;  // contiguous; padding elements are zero
+      kernels::cpu::ExactSquareSum s;
+      if (g.dtype() == DType::BF16) s.add(g.numel(), g.data<BFloat16>());
+      else s.add(g.numel(), g.data<float>());
+      unit_grad_sq_[i] = s.value();
+      total.merge(s);
     }
-    if (g.dtype() == DType::F64) s = kernels::cpu::sum_squares<double>(g.numel(), g.data<double>());
-    else if (g.dtype() == DType::BF16) s = kernels::cpu::sum_squares<BFloat16>(g.numel(), g.data<BFloat16>());
-    else s = kernels::cpu::sum_squares<float>(g.numel(), g.data<float>());
-    sq += s;
-  }
-  if (options_.stage != ZeroStage::DDP && comm_->size() > 1) {
-    agree(kNormReduce, nullptr);
-    sq = comm_->all_reduce_sum(sq);
+    if (sharded) {
+      agree(kNormReduce, nullptr);
+      total = kernels::cpu::ExactSquareSum::from_words(comm_->all_reduce_sums(total.words()));
+    }
+    sq = total.value();
+  } else {
+#ifdef ZDL_WITH_CUDA
+    if (options_.device.is_cuda()) unit_grad_sq_ = device_sums_of_squares(units_, options_.device);
+#endif
+    for (size_t i = 0; i < units_.size(); ++i) {
+      const Tensor& g = units_[i]->grad_shard;
+      double& s = unit_grad_sq_[i];
+      if (g.device().is_cpu()) s = kernels::cpu::sum_squares<double>(g.numel(), g.data<double>());
+      sq += s;
+    }
+    if (sharded) {
+      agree(kNormReduce, nullptr);
+      sq = comm_->all_reduce_sum(sq);
+    }
   }
   last_grad_norm_ = std::sqrt(sq);
   if (max_norm <= 0.0 || !(last_grad_norm_ > max_norm)) return 1.0;
@@ -610,6 +697,7 @@ void ZeroPartitioner::refresh_params() {
 void ZeroPartitioner::zero_grad() {
   finish_grad_reductions();  // no buffer is zeroed or freed under a pending collective
   for (auto& u : units_) {
+    u->grad_partials.clear();  // a step abandoned mid-accumulation
     if (options_.stage == ZeroStage::DDP || options_.stage == ZeroStage::One) {
       u->grad_flat.zero_();
     } else {

@@ -68,9 +68,18 @@ class ZeroPartitioner {
   // Forms units, allocates and initializes this rank's bytes, installs hooks. Once per manager.
   void wrap(nn::Module& model);
 
-  // Micro-batches: call with false before the backward of every micro-batch but the last
-  // (stage 0-1: skip the reduction; stage 2 with no_sync: keep full gradients).
+  // Micro-batches: call with false before the backward of every micro-batch but the last.
+  // Exact reduction: every micro-batch is reduced; the last one completes the step's pairwise
+  // sum. Native: stages 0-1 skip the reduction, stage 2 with no_sync keeps full gradients.
   void set_grad_sync(bool sync) { grad_sync_ = sync; }
+
+  // [Note: micro-batch schedule] A step of A micro-steps on N ranks covers M = N x A
+  // micro-batches, numbered in data order (micro-batch m holds the step's sequences
+  // [m b, (m+1) b) for b sequences per rank and micro-step). At micro-step a this rank
+  // computes micro-batch a N + bit_reverse(rank) under exact reduction (the leaf its place
+  // in the reduction tree stands for; N a power of two), a N + rank otherwise. One process
+  // with A = M computes the same micro-batches in order.
+  int64_t micro_batch_index(int64_t micro_step) const;
 
   // Global gradient norm over the reduced gradients (one all-reduce of the shards' sum of
   // squares for stages 1-3); returns the factor to pass to the optimizer step so the norm
@@ -135,7 +144,12 @@ class ZeroPartitioner {
     ParamUnit* unit;
     std::shared_ptr<Work> work;
     Tensor reduced;
+    bool last = true;  // the step's last micro-batch (exact reduction completes the sum)
   };
+  // Exact reduction: adds a micro-batch's reduced gradients to the unit's pairwise partial sums
+  // and, on the last micro-batch, stores the step's gradient.
+  void accumulate_exact(ParamUnit& u, const Tensor& reduced, bool last);
+  bool exact() const { return options_.reduction == GradReduction::Exact; }
   // Waits for the reduction in flight (if any) and stores its result.
   void finish_grad_reductions();
   // Divergence check: every rank must be at the same (event, unit) here.

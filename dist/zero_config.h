@@ -13,6 +13,18 @@ class Module;
 
 namespace zdl::dist {
 
+// How gradients are summed over micro-batches and ranks.
+//   Exact: every micro-batch's gradients are reduced when its backward is done, over ranks in
+//     a fixed pairwise tree (Communicator::reduce_scatter_fixed_async), and the micro-steps'
+//     results are summed pairwise in micro-batch order. With the micro-batch schedule of
+//     ZeroPartitioner::micro_batch_index, a step's gradient is then one fixed balanced tree over
+//     its micro-batches whatever the world size (a power of two) and stage, so training is
+//     bit-identical across both (docs/exactness.md).
+//   Native: the communication library's own reductions; stages 0-1 reduce once per step and
+//     micro-batches accumulate in the gradient buffer (less traffic with gradient
+//     accumulation; results differ with N in the last bits).
+enum class GradReduction { Exact, Native };
+
 // 0 = DDP (everything replicated), 1 = optimizer states sharded, 2 = + gradients,
 // 3 = + parameters (gathered around each unit's forward and backward, freed afterwards).
 enum class ZeroStage : int { DDP = 0, One = 1, Two = 2, Three = 3 };
@@ -28,8 +40,10 @@ struct ZeroOptions {
   Device device = Device::cpu();
   // ZeRO-3: how many units ahead (forward) or behind (backward) to all-gather asynchronously.
   int prefetch = 1;
-  // Stage 2: keep full gradients across micro-batches and reduce once on the last one (like
-  // FSDP's no_sync). Stages 0 and 1 always reduce once per step; stage 3 every micro-batch.
+  GradReduction reduction = GradReduction::Exact;
+  // Native reduction, stage 2: keep full gradients across micro-batches and reduce once on the
+  // last one (like FSDP's no_sync). Native stages 0 and 1 always reduce once per step; stage 3
+  // every micro-batch. Exact reduction refuses it (a local running sum has no fixed tree).
   bool no_sync = false;
   // Before each collective, check with one tiny all-gather that every rank is at the same
   // unit and event; on a mismatch every rank throws an error naming the first differing unit.

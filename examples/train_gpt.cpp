@@ -42,6 +42,7 @@
 #include "examples/program_main.h"
 #include "io/checkpoint_dir.h"
 #include "io/gpt2_format.h"
+#include "nn/batch_position.h"
 #include "nn/gpt.h"
 #include "nn/sampling.h"
 #include "optim/schedule.h"
@@ -90,6 +91,7 @@ struct Args {
   int64_t max_memory_per_rank = 0;
   double collective_timeout = 0;
   std::string on_nan = "stop";
+  std::string reduction = "exact";
   int64_t nan_skip_limit = 10;
   std::string fault_nan_grad;  // test hook "STEP:PARAM" (hidden flag)
   std::string device = "cpu";
@@ -245,14 +247,6 @@ json comm_json() {
                                                                {"wire", st.wire_bytes}};
     }
   return j;
-}
-
-// The dropout modules' RNG positions (their seeds and streams follow from the init seed).
-std::map<std::string, nn::Dropout*> dropout_modules(nn::Module& model) {
-  std::map<std::string, nn::Dropout*> out;
-  for (auto& [name, m] : model.named_modules())
-    if (auto* d = dynamic_cast<nn::Dropout*>(m.get())) out["dropout." + name] = d;
-  return out;
 }
 
 // "step 7: loss nan, non-finite gradients in h.1 (on 1 of 2 ranks), <root> (on 2 of 2 ranks)".
@@ -536,7 +530,10 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   dist::ZeroPartitioner zero(shared_comm, dist::ZeroOptions{.stage = dist::stage_from_int(a.zero_stage),
                                                             .compute_dtype = dtype,
                                                             .device = dev,
-                                                            .prefetch = a.prefetch});
+                                                            .prefetch = a.prefetch,
+                                                            .reduction = a.reduction == "exact"
+                                                                             ? dist::GradReduction::Exact
+                                                                             : dist::GradReduction::Native});
   std::shared_ptr<nn::GPT> model;
   {
     auto scope = zero.placement_scope(a.seed);
@@ -582,14 +579,10 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     } catch (const Error& e) {
       throw UsageError(std::string("--resume: ") + e.what());
     }
-    for (auto& [key, d] : dropout_modules(*model)) {
-      auto it = resumed->counters.find(key);
-      if (it == resumed->counters.end())
-        throw UsageError("--resume: the checkpoint has no RNG position for " + key + " (saved with another --dropout?)");
-      d->calls = it->second;
-    }
+    // Batches and dropout masks are keyed by the step ([Note: dropout position]): nothing
+    // else to restore.
     first_step = resumed->step;
-    ds->set_position(resumed->data_position);
+    ds->set_position(resumed->step);
   }
 
   say(detail::str("zerodl train_gpt: ", model->extra_repr()));
@@ -633,7 +626,6 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     st.metadata["config"] = config_json(cfg).dump();
     st.metadata["data_fingerprint"] = fingerprint;
     st.metadata["seed"] = std::to_string(a.seed);
-    for (auto& [key, d] : dropout_modules(*model)) st.counters[key] = d->calls;
     dist::save_sharded(a.save, zero, opt, st);
   };
 
@@ -648,16 +640,27 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     auto t0 = std::chrono::steady_clock::now();
     memory_ledger().reset_peaks(dev);
     dist::comm_ledger().reset();
-    double loss_sum = 0;
+    // [Note: micro-batch schedule]: the step's batch x grad_accum sequences are M = N x A
+    // micro-batches of batch / N rows; this rank computes the ones the partitioner names, with
+    // dropout keyed by their place in the step. Same flags with batch / N fixed give the same
+    // bits at any N (docs/exactness.md).
+    const int64_t rows = a.batch / comm.size();
+    std::vector<double> micro_losses(static_cast<size_t>(a.grad_accum * comm.size()), 0.0);
     for (int64_t micro = 0; micro < a.grad_accum; ++micro) {
-      data::Batch b = ds->next_batch();
+      const int64_t m = zero.micro_batch_index(micro);
+      data::Batch b = ds->step_rows(step, m * rows, rows);
+      nn::BatchPosition pos(step, m * rows, a.seed);
       zero.set_grad_sync(micro == a.grad_accum - 1);
       Tensor loss = model->loss(b.inputs.to(dev), b.targets.to(dev));
-      loss_sum += loss.item();
+      micro_losses[static_cast<size_t>(m)] = loss.item();
       (a.grad_accum > 1 ? mul(loss, 1.0 / static_cast<double>(a.grad_accum)) : loss).backward();
     }
+    ds->set_position(step + 1);
     double scale = zero.clip_grad_norm(a.grad_clip);
-    double loss = comm.all_reduce_sum(loss_sum) / static_cast<double>(a.grad_accum * comm.size());
+    // One nonzero per entry: the sums are exact, then added in micro-batch order.
+    double loss = 0;
+    for (double l : comm.all_reduce_sums(std::move(micro_losses))) loss += l;
+    loss /= static_cast<double>(a.grad_accum * comm.size());
     opt.set_lr(sched.lr(step));
     // Every rank sees the same reduced norm and loss, so all take the same branch.
     const bool healthy = std::isfinite(loss) && std::isfinite(zero.last_grad_norm());
@@ -764,6 +767,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 3));
   app.add_option("--dtype", a.dtype, "compute and communication dtype: f32 or bf16 (masters and Adam stay f32)");
   app.add_option("--prefetch", a.prefetch, "ZeRO-3: units all-gathered ahead of use")->check(CLI::Range(0, 64));
+  app.add_option("--reduction", a.reduction,
+                 "gradient sums: exact (a fixed tree: the same bits at any world size with the same --batch/N) or "
+                 "native (the MPI library's own order)")
+      ->check(CLI::IsMember({"exact", "native"}));
   app.add_option("--max-memory-per-rank", a.max_memory_per_rank,
                  "memory cap in bytes per rank; going over it is a clear out-of-memory error (0: none)")
       ->check(CLI::NonNegativeNumber);

@@ -1,5 +1,6 @@
 #include "nn/layers.h"
 
+#include "nn/batch_position.h"
 #include "nn/parameter_factory.h"
 
 namespace zdl::nn {
@@ -53,10 +54,31 @@ Dropout::Dropout(double p_) : Module("Dropout"), p(p_) {
   stream = spec.stream;
 }
 
+namespace {
+// splitmix64's finalizer: a bijection on 64 bits that spreads every input bit.
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
 Tensor Dropout::forward(const Tensor& x) {
   if (!is_training() || p == 0.0) return x;
-  uint64_t s = (stream << 32) ^ calls++;
-  return dropout(x, p, true, seed, s);
+  const BatchPosition* pos = BatchPosition::current();
+  if (pos == nullptr) {
+    uint64_t s = (stream << 32) ^ calls++;
+    return dropout(x, p, true, seed, s);
+  }
+  ZDL_CHECK(x.dim() >= 1, "Dropout under a BatchPosition: the input needs a batch dimension, got shape=",
+            shape_str(x.shape()));
+  if (pos->id != position_id_) position_id_ = pos->id, position_calls_ = 0;
+  // Key: the run's seed; stream: (module, step, call); counter: the element's index in the
+  // whole step's batch.
+  // Philox streams are 64-bit keys: mixing keeps (module, step, call) triples apart.
+  const uint64_t s = mix64(mix64(stream ^ 0x9e3779b97f4a7c15ull) ^ static_cast<uint64_t>(pos->step)) + position_calls_++;
+  const int64_t per_row = x.size(0) ? x.numel() / x.size(0) : 0;
+  return dropout(x, p, true, pos->seed, s, pos->first_sequence * per_row);
 }
 
 std::string Dropout::extra_repr() const { return detail::str("p=", p); }

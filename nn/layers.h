@@ -65,9 +65,11 @@ class LayerNorm : public Module {
   Tensor bias;    // (dim) or undefined
 };
 
-// Inverted dropout. Each call draws a fresh mask from the counter-based RNG: stream =
-// (module's stream, call counter), so a run is reproducible and resumable (the counter is
-// part of the training state: `calls`).
+// Inverted dropout from the counter-based RNG. Inside an nn::BatchPosition (training loops
+// set one) row j of the input is keyed by (the position's seed, module, step, call within the
+// position, first sequence + j): the same mask however the rows are split over ranks and micro-batches
+// ([Note: dropout position]). Outside one, each call draws a fresh mask keyed by (module,
+// call counter), and the counter is training state: `calls`.
 class Dropout : public Module {
  public:
   explicit Dropout(double p);
@@ -75,9 +77,13 @@ class Dropout : public Module {
   std::string extra_repr() const override;
 
   double p;
-  uint64_t seed = 0;
-  uint64_t stream = 0;
-  uint64_t calls = 0;
+  uint64_t seed = 0;    // outside a BatchPosition: the init seed
+  uint64_t stream = 0;  // registration order
+  uint64_t calls = 0;   // calls outside any BatchPosition
+
+ private:
+  uint64_t position_id_ = 0;     // the BatchPosition the next count belongs to
+  uint64_t position_calls_ = 0;  // calls within it
 };
 
 class GELU : public Module {

@@ -240,18 +240,18 @@ Tensor cross_entropy_cuda(const Tensor& logits, const Tensor& targets, int64_t i
 }
 
 // Arguments checked by dropout; training with p > 0.
-Tensor dropout_cuda(const Tensor& x, double p, uint64_t seed, uint64_t stream) {
+Tensor dropout_cuda(const Tensor& x, double p, uint64_t seed, uint64_t stream, int64_t offset) {
   Tensor xc = dense(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (out.numel() == 0) return out;
-  kcu::dropout_forward(x.dtype(), xc.numel(), xc.raw_data(), p, seed, stream, out.raw_data());
+  kcu::dropout_forward(x.dtype(), xc.numel(), xc.raw_data(), p, seed, stream, out.raw_data(), offset);
   // The same mask, regenerated from (seed, stream, i), bit-identical to the CPU's.
   const DType dt = x.dtype();
   const Device dev = x.device();
-  return autograd::record("dropout", {x}, out, [p, seed, stream, dt, dev](const TensorList& g) {
+  return autograd::record("dropout", {x}, out, [p, seed, stream, offset, dt, dev](const TensorList& g) {
     Tensor gc = cuda_grad("dropout", g[0], dt, dev);
     Tensor dx = Tensor::empty(gc.shape(), dt, dev);
-    kcu::dropout_backward(dt, gc.numel(), gc.raw_data(), p, seed, stream, dx.raw_data());
+    kcu::dropout_backward(dt, gc.numel(), gc.raw_data(), p, seed, stream, dx.raw_data(), offset);
     return TensorList{dx};
   });
 }
@@ -492,31 +492,32 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 
 // ---- dropout ----
 
-Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed, uint64_t stream) {
+Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed, uint64_t stream, int64_t offset) {
   check_float_args("dropout", {&x});
   ZDL_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got p=", p, " (x shape=", shape_str(x.shape()), ")");
+  ZDL_CHECK(offset >= 0, "dropout: offset must be >= 0, got ", offset);
   if (!training || p == 0.0) return x;
 #ifdef ZDL_WITH_CUDA
-  if (on_cuda("dropout", x)) return dropout_cuda(x, p, seed, stream);
+  if (on_cuda("dropout", x)) return dropout_cuda(x, p, seed, stream, offset);
 #endif
   check_cpu("dropout", x);
   // The mask depends only on (seed, stream, i), so the f32 detour drops the same elements.
-  if (bf16_on_cpu("dropout", {&x})) return to_bf16(dropout(to_f32(x), p, training, seed, stream));
+  if (bf16_on_cpu("dropout", {&x})) return to_bf16(dropout(to_f32(x), p, training, seed, stream, offset));
   Tensor xc = dense(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (out.numel() == 0) return out;
   ZDL_DISPATCH_FLOAT(x.dtype(), "dropout", [&](auto tag) {
     using T = decltype(tag);
-    kc::dropout_forward<T>(xc.numel(), xc.data<T>(), p, seed, stream, out.data<T>());
+    kc::dropout_forward<T>(xc.numel(), xc.data<T>(), p, seed, stream, out.data<T>(), offset);
   });
   // d out_i / d x_i = keep_i / (1 - p): the same mask, regenerated from (seed, stream, i)
   // rather than saved (kernels/cpu/dropout.h).
-  return autograd::record("dropout", {x}, out, [p, seed, stream](const TensorList& g) {
+  return autograd::record("dropout", {x}, out, [p, seed, stream, offset](const TensorList& g) {
     Tensor gc = dense(g[0]);
     Tensor dx = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
     ZDL_DISPATCH_FLOAT(gc.dtype(), "dropout backward", [&](auto tag) {
       using T = decltype(tag);
-      kc::dropout_backward<T>(gc.numel(), gc.data<T>(), p, seed, stream, dx.data<T>());
+      kc::dropout_backward<T>(gc.numel(), gc.data<T>(), p, seed, stream, dx.data<T>(), offset);
     });
     return TensorList{dx};
   });

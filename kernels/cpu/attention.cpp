@@ -63,10 +63,14 @@ T* align_up(T* p) {
   return reinterpret_cast<T*>((a + 63) / 64 * 64);
 }
 
-// Chunks each head's query blocks are cut into for backward (1: whole heads per item).
-int64_t backward_splits(int64_t bnh, int64_t t, int threads) {
-  if (threads <= 1 || bnh % threads == 0 || bnh >= 4 * threads) return 1;
-  int64_t want = (2 * int64_t{threads} + bnh - 1) / bnh;  // ~2 items per thread for balance
+// Chunks each head's query blocks are cut into for backward (1: whole heads per item). A
+// function of the shape alone, never of the thread count: the chunks' partial dK/dV are summed
+// at the end, so another split would round differently ([Note: thread-count invariance] in
+// matmul.cpp). Heads enough to keep 8 threads busy run whole; fewer are cut into chunks.
+constexpr int64_t kSplitThreads = 8;
+int64_t backward_splits(int64_t bnh, int64_t t) {
+  if (bnh % kSplitThreads == 0 || bnh >= 4 * kSplitThreads) return 1;
+  int64_t want = (2 * kSplitThreads + bnh - 1) / bnh;  // ~2 items per thread for balance
   return std::max<int64_t>(1, std::min(want, num_row_blocks(t)));
 }
 
@@ -137,7 +141,7 @@ int64_t attention_forward_workspace(int64_t bnh, int64_t t, int64_t hs, int thre
 }
 
 int64_t attention_backward_workspace(int64_t bnh, int64_t t, int64_t hs, int threads) {
-  int64_t nsplit = backward_splits(bnh, t, threads);
+  int64_t nsplit = backward_splits(bnh, t);
   int64_t partials = nsplit > 1 ? bnh * nsplit * 2 * t * hs : 0;
   return int64_t{threads} * 2 * score_block(t) + kPad + partials;
 }
@@ -168,7 +172,7 @@ void causal_attention_backward(int64_t bnh, int64_t t, int64_t hs, const T* q, c
                                const T* lse, const T* dout, T* dq, T* dk, T* dv, int threads, T* work) {
   if (bnh == 0 || t == 0 || hs == 0) return;
   const T scale = T(1) / std::sqrt(static_cast<T>(hs));
-  const int64_t nblocks = num_row_blocks(t), nsplit = backward_splits(bnh, t, threads), per = t * hs;
+  const int64_t nblocks = num_row_blocks(t), nsplit = backward_splits(bnh, t), per = t * hs;
   const int64_t items = bnh * nsplit;
   T* scratch = align_up(work);
   T* partials = scratch + int64_t{threads} * 2 * score_block(t);  // [bnh, nsplit, 2 (dK, dV), T, HS] if nsplit > 1

@@ -39,10 +39,10 @@ void check_dims(int64_t M, int64_t N, int64_t K, bool trans_a, int64_t lda, bool
   ZDL_CHECK(ldc >= N && ldc >= 1, "gemm: ldc=", ldc, " too small for C [M,N]=[", M, ",", N, "]");
 }
 
+// One Eigen product, on the calling thread only (see gemm_unchecked).
 template <class T>
-void gemm_unchecked(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b, const T* b,
-                    int64_t ldb, T* c, int64_t ldc, bool accumulate) {
-  if (M == 0 || N == 0) return;
+void eigen_product(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b, const T* b,
+                   int64_t ldb, T* c, int64_t ldc, bool accumulate) {
   RowMajorOut<T> C(c, M, N, Eigen::OuterStride<>(ldc));
   if (K == 0) {
     if (!accumulate) C.setZero();
@@ -59,6 +59,50 @@ void gemm_unchecked(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, i
   };
   if (trans_a) with_a(ColMajorView<T>(a, M, K, Eigen::OuterStride<>(lda)));
   else with_a(RowMajorView<T>(a, M, K, Eigen::OuterStride<>(lda)));
+}
+
+// [Note: thread-count invariance] Eigen's own threading re-derives its blocking of K from the
+// thread count, so the same product rounds differently on 1 and 2 threads, and a rank's result
+// would depend on how many cores it was given. Instead C is cut into tiles chosen from the
+// shape alone; each tile is one single-threaded Eigen product (its K blocking depends on K and
+// the cache sizes only), and threads take whole tiles. Every element is then summed in the same
+// order whatever the thread count, which bit-identical training across world sizes relies on
+// (docs/exactness.md).
+constexpr int64_t kTileRows = 256, kMinTileCols = 64, kWantTiles = 8;
+
+template <class T>
+void gemm_unchecked(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b, const T* b,
+                    int64_t ldb, T* c, int64_t ldc, bool accumulate) {
+  if (M == 0 || N == 0) return;
+  const int64_t tiles_m = (M + kTileRows - 1) / kTileRows;
+  int64_t tiles_n = 1;
+  if (tiles_m < kWantTiles && M * N * K >= kSmallProduct)
+    tiles_n = std::max<int64_t>(1, std::min((kWantTiles + tiles_m - 1) / tiles_m, N / kMinTileCols));
+  const int64_t tm = (M + tiles_m - 1) / tiles_m, tn = (N + tiles_n - 1) / tiles_n;
+  auto tile = [&](int64_t i) {
+    const int64_t m0 = (i / tiles_n) * tm, n0 = (i % tiles_n) * tn;
+    const int64_t mm = std::min(tm, M - m0), nn = std::min(tn, N - n0);
+    if (mm <= 0 || nn <= 0) return;
+    const T* at = trans_a ? a + m0 : a + m0 * lda;
+    const T* bt = trans_b ? b + n0 * ldb : b + n0;
+    eigen_product(mm, nn, K, trans_a, at, lda, trans_b, bt, ldb, c + m0 * ldc + n0, ldc, accumulate);
+  };
+  const int64_t tiles = tiles_m * tiles_n;
+  const bool parallel = tiles > 1 && !omp_in_parallel() && omp_get_max_threads() > 1 && M * N * K >= kSmallProduct;
+  if (!parallel) {
+    // Eigen must not start threads of its own here either (it reads this thread's nthreads).
+    const int saved = omp_get_max_threads();
+    if (saved > 1) omp_set_num_threads(1);
+    for (int64_t i = 0; i < tiles; ++i) tile(i);
+    if (saved > 1) omp_set_num_threads(saved);
+    return;
+  }
+#pragma omp parallel
+  {
+    omp_set_num_threads(1);  // this thread's Eigen products stay single-threaded
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < tiles; ++i) tile(i);
+  }
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "kernels/cpu/optim.h"
 
+#include <algorithm>
+#include <vector>
+
 #include <cmath>
 
 #include "kernels/cpu/parallel.h"
@@ -55,12 +58,22 @@ void sgd_update(int64_t n, T* param, const T* grad, opt_state_t<T>* buf, double 
 
 template <class T>
 double sum_squares(int64_t n, const T* x) {
+  // Fixed chunks summed in order: the same bits for any thread count.
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> part(static_cast<size_t>(chunks), 0.0);
+  parallel_for(chunks, kChunk, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      double s = 0.0;
+      for (int64_t i = c * kChunk, end = std::min(n, (c + 1) * kChunk); i < end; ++i) {
+        double v = widen<double>(x[i]);
+        s += v * v;
+      }
+      part[static_cast<size_t>(c)] = s;
+    }
+  });
   double total = 0.0;
-#pragma omp parallel for reduction(+ : total) if (worth_parallel(n))
-  for (int64_t i = 0; i < n; ++i) {
-    double v = widen<double>(x[i]);
-    total += v * v;
-  }
+  for (double p : part) total += p;
   return total;
 }
 

@@ -7,6 +7,7 @@
 // losses equal those of an uninterrupted run (bit-for-bit under the same stage and N;
 // within reduction-order rounding otherwise).
 #pragma once
+#include <optional>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -94,23 +95,20 @@ struct ZeroRun {
   std::shared_ptr<nn::GPT> model;
   std::unique_ptr<ZeroAdamW> opt;
 
-  ZeroRun(Communicator& comm, RunConfig cfg, const nn::GPTConfig& gpt = tiny_gpt()) : comm(comm), c(cfg) {
+  ZeroRun(Communicator& comm, RunConfig cfg, std::optional<nn::GPTConfig> gpt = std::nullopt) : comm(comm), c(cfg) {
     std::shared_ptr<Communicator> shared(&comm, [](Communicator*) {});
-    zero = std::make_unique<ZeroPartitioner>(shared, ZeroOptions{.stage = c.stage, .compute_dtype = c.dtype});
+    zero = std::make_unique<ZeroPartitioner>(
+        shared, ZeroOptions{.stage = c.stage, .compute_dtype = c.dtype, .reduction = c.reduction});
     {
       auto scope = zero->placement_scope(c.seed);
-      model = std::make_shared<nn::GPT>(gpt);
+      model = std::make_shared<nn::GPT>(gpt ? *gpt : tiny_gpt(c.dropout));
     }
     zero->wrap(*model);
     opt = std::make_unique<ZeroAdamW>(*zero, adam_opts(), 0.1);
   }
-  // Step s on global batch s; the global mean loss.
+  // Step s of the harness's sequences; the global mean loss.
   double step(int s) {
-    const int N = comm.size(), rank = comm.rank();
-    auto [x, y] = global_batch(c, model->config.vocab_size, s, 0);
-    Tensor loss = model->loss(rows(x, rank, N), rows(y, rank, N));
-    loss.backward();
-    double global = comm.all_reduce_sum(loss.item()) / N;
+    double global = zero_forward_backward(*zero, *model, c, s);
     opt->step(zero->clip_grad_norm(c.clip));
     zero->zero_grad();
     return global;
@@ -122,7 +120,7 @@ struct ZeroRun {
   }
   io::TrainState state(int steps_done) const {
     return {.step = steps_done,
-            .data_position = steps_done * c.batch,
+            .data_position = steps_done * c.batch * c.grad_accum,
             .counters = {{"seed", c.seed}},
             .metadata = {{"config", config_json(model->config)}, {"saved_by_world_size", std::to_string(comm.size())}}};
   }
@@ -386,30 +384,38 @@ inline std::string cross_world_size_dir() {
 
 inline constexpr int kCrossSavedSteps = 2, kCrossTotalSteps = 5;
 
+// The cross-world-size run at N ranks (1, 2 or 4): 4 sequences per step in micro-batches of
+// one row, with dropout: the same steps, bit for bit, at every N.
+inline RunConfig cross_config(int n, ZeroStage stage, uint64_t seed = 7) {
+  return {.stage = stage, .grad_accum = 4 / n, .batch = n, .dropout = 0.1, .seed = seed};
+}
+
 // Trains kCrossSavedSteps under ZeRO-3 at this world size and saves to <dir>/ckpt.
 inline void save_for_other_world_sizes(Communicator& comm, const std::string& dir) {
   using namespace sharded;
-  ZeroRun run(comm, {.stage = ZeroStage::Three});
+  ZeroRun run(comm, cross_config(comm.size(), ZeroStage::Three));
   run.steps(0, kCrossSavedSteps);
   save_sharded(dir + "/ckpt", *run.zero, *run.opt, run.state(kCrossSavedSteps));
   EXPECT_EQ(read_sharded_train_state(dir + "/ckpt").step, kCrossSavedSteps);
 }
 
 // Loads <dir>/ckpt, saved at another world size, under every stage; the remaining steps
-// follow single-process training (the reference trajectory) within tol.
+// follow single-process training (the reference trajectory) within tol (0: bit for bit).
 inline void expect_resume_from_other_world_size(Communicator& comm, const std::string& dir, double tol) {
   using namespace sharded;
   const std::string ckpt = dir + "/ckpt";
   io::TrainState st = read_sharded_train_state(ckpt);
   EXPECT_NE(st.metadata.at("saved_by_world_size"), std::to_string(comm.size()))
       << "the checkpoint should come from another world size";
-  RunResult ref = run_reference({.steps = kCrossTotalSteps});
+  RunConfig rc = cross_config(1, ZeroStage::DDP);
+  rc.steps = kCrossTotalSteps;
+  RunResult ref = run_reference(rc);
   const std::vector<double> tail(ref.losses.begin() + kCrossSavedSteps, ref.losses.end());
   for (ZeroStage stage : kAllStages) {
-    ZeroRun run(comm, {.stage = stage, .seed = 99});
+    ZeroRun run(comm, cross_config(comm.size(), stage, /*seed=*/99));
     io::TrainState got = load_sharded(ckpt, *run.zero, *run.opt);
     EXPECT_EQ(got.step, kCrossSavedSteps);
-    EXPECT_EQ(got.data_position, kCrossSavedSteps * run.c.batch);
+    EXPECT_EQ(got.data_position, kCrossSavedSteps * run.c.batch * run.c.grad_accum);
     expect_losses_near(comm, run.steps(kCrossSavedSteps, kCrossTotalSteps), tail, tol,
                        "resumed from world size " + st.metadata.at("saved_by_world_size") + " under " +
                            stage_name(stage));

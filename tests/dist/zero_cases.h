@@ -5,15 +5,19 @@
 #include <gtest/gtest.h>
 
 #include "dist/comm_ledger.h"
+#include "dist/local_communicator.h"
+#include "kernels/cpu/square_sum.h"
 #include "zero_harness.h"
 
 namespace zdl::dist::testing {
 
 inline const ZeroStage kAllStages[] = {ZeroStage::DDP, ZeroStage::One, ZeroStage::Two, ZeroStage::Three};
 
-// k steps of ZeRO at N ranks with B/N rows each == single-process training with B rows.
+// k steps of ZeRO at N ranks == single-process training on the same micro-batches (plain
+// modules and optim::AdamW, micro-batches summed pairwise): every loss and every parameter
+// within tol (relative; 0: bit for bit).
 inline void expect_equivalent(Communicator& comm, RunConfig c, double tol) {
-  RunResult ref = run_reference(c);
+  RunResult ref = run_reference(c, comm.size());
   RunResult got = run_zero(comm, c);
   ASSERT_EQ(got.losses.size(), ref.losses.size());
   for (size_t s = 0; s < ref.losses.size(); ++s)
@@ -25,6 +29,26 @@ inline void expect_equivalent(Communicator& comm, RunConfig c, double tol) {
     double err = rel_l2(got.params[name], v);
     EXPECT_LE(err, tol) << comm.prefix() << " " << stage_name(c.stage) << " parameter " << name
                         << " differs from single-process training by " << err;
+  }
+}
+
+// [Note: exact equivalence] The same steps give the same bits on N ranks as in one process
+// (ZeRO on a LocalCommunicator with N times the micro-batches of 1/N the rows; and, for f32,
+// plain training with optim::AdamW), under every stage: each loss and each parameter element
+// compared with ==.
+inline void expect_identical(Communicator& comm, const RunConfig& c) {
+  const std::string what = detail::str(comm.prefix(), " ", stage_name(c.stage), " ", dtype_name(c.dtype), " N=",
+                                       comm.size(), " accum ", c.grad_accum, " dropout ", c.dropout);
+  LocalCommunicator local;
+  std::vector<std::pair<std::string, RunResult>> refs;
+  refs.emplace_back("one process's", run_zero(local, local_equivalent(c, comm.size())));
+  if (c.dtype == DType::F32) refs.emplace_back("plain training's", run_reference(c, comm.size()));
+  RunResult got = run_zero(comm, c);
+  for (auto& [whose, ref] : refs) {
+    EXPECT_EQ(got.losses, ref.losses) << what << ": losses differ from " << whose;
+    for (auto& [name, v] : ref.params)
+      EXPECT_TRUE(got.params[name] == v) << what << ": parameter " << name << " differs from " << whose << " by "
+                                         << rel_l2(got.params[name], v) << " (relative L2)";
   }
 }
 
@@ -100,10 +124,11 @@ inline void expect_traffic_closed_form(Communicator& comm, ZeroStage stage) {
                                                   << collective_name(w.k) << "/" << phase_name(w.p);
       counted += w.payload;
     }
-    // Nothing else moved model bytes: what remains is the gradient-norm all-reduce and the
-    // harness's loss average, 8 bytes each in phase Other.
+    // Nothing else moved model bytes: what remains is the gradient-norm all-reduce (the exact
+    // sum's words, stages 1-3) and the harness's per-micro-batch losses, in phase Other.
     int64_t other = comm_ledger().total().payload_bytes - counted;
-    EXPECT_LE(other, 16) << comm.prefix() << " " << stage_name(stage) << ": unexpected traffic";
+    EXPECT_LE(other, 8 * (kernels::cpu::ExactSquareSum::kSerializedSize + N * c.grad_accum))
+        << comm.prefix() << " " << stage_name(stage) << ": unexpected traffic";
     comm_ledger().reset();
   };
   run_zero(comm, c, probe);
@@ -159,7 +184,7 @@ namespace zdl::dist::testing {
 // leaves no trace: the run ends where single-process training that skipped it ends.
 inline void expect_nonfinite_step_detected_and_skipped(Communicator& comm, ZeroStage stage, double tol) {
   RunConfig c{.stage = stage, .poison_step = 1};
-  RunResult ref = run_reference(c);
+  RunResult ref = run_reference(c, comm.size());
   RunResult got = run_zero(comm, c);
   ASSERT_EQ(got.nonfinite.size(), static_cast<size_t>(c.steps));
   for (int s = 0; s < c.steps; ++s) {
@@ -183,7 +208,7 @@ inline void expect_nonfinite_step_detected_and_skipped(Communicator& comm, ZeroS
 // relative L2: enough to catch a wrong shard, a missed cast or a lost update (~100%).
 inline void expect_bf16_tracks_f32(Communicator& comm, ZeroStage stage) {
   RunConfig c{.stage = stage};
-  RunResult ref = run_reference(c);
+  RunResult ref = run_reference(c, comm.size());
   c.dtype = DType::BF16;
   RunResult got = run_zero(comm, c);
   for (size_t s = 0; s < ref.losses.size(); ++s)

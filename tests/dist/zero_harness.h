@@ -1,7 +1,7 @@
 // Shared harness of the ZeRO tests: the same tiny GPT trained single-process (the reference,
 // optim::AdamW on full tensors) and under ZeroPartitioner on the given communicator, on the
-// same global batches (rank r takes rows [r B/N, (r+1) B/N)). Used with N = 1 (test_dist) and
-// N = 2, 4 (test_dist_mpi under mpirun).
+// same sequences (each rank computes the micro-batches ZeroPartitioner::micro_batch_index names).
+// Used with N = 1 (test_dist) and N = 2, 4, 8 (test_dist_mpi under mpirun).
 #pragma once
 #include <cmath>
 #include <map>
@@ -11,6 +11,7 @@
 #include "core/rng.h"
 #include "dist/zero.h"
 #include "dist/zero_optimizer.h"
+#include "nn/batch_position.h"
 #include "nn/gpt.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
@@ -22,12 +23,17 @@ struct RunConfig {
   ZeroStage stage = ZeroStage::Three;
   DType dtype = DType::F32;
   int steps = 3;
+  // A step covers batch x grad_accum sequences: grad_accum micro-steps of `batch` rows over all
+  // ranks (batch / N per rank). One process matches N ranks bit for bit with batch / N rows and
+  // grad_accum x N micro-steps (local_equivalent below).
   int grad_accum = 1;
   double clip = 0.05;  // small enough that clipping really scales the updates
-  int64_t batch = 4;   // global B
+  int64_t batch = 4;   // global rows per micro-step
   int64_t seq = 8;
   int prefetch = 1;
+  GradReduction reduction = GradReduction::Exact;
   bool no_sync = false;
+  double dropout = 0.0;
   uint64_t seed = 7;
   // This step's gradient of one parameter of unit h.1 gets a NaN on the last rank, before any
   // reduction (a leaf hook): the step must be detected and skipped (-1: none).
@@ -37,11 +43,23 @@ struct RunConfig {
   Device device = Device::cpu();
 };
 
+// The same steps as `c` on N ranks, run by one process: micro-batches of batch / N rows, N
+// times as many of them.
+inline RunConfig local_equivalent(RunConfig c, int n) {
+  c.batch /= n;
+  c.grad_accum *= n;
+  return c;
+}
+
+// The seed of dropout masks (a run-level seed, like the data's: a model built from another init
+// seed and loaded from a checkpoint draws the same masks).
+constexpr uint64_t kDropoutSeed = 4321;
+
 // The parameter whose gradient poison_step corrupts.
 constexpr const char* kPoisonedParam = "h.1.mlp.c_fc.weight";
 
-inline nn::GPTConfig tiny_gpt() {
-  return nn::GPTConfig{.vocab_size = 23, .block_size = 8, .n_layer = 3, .n_head = 2, .n_embd = 10};
+inline nn::GPTConfig tiny_gpt(double dropout = 0.0) {
+  return nn::GPTConfig{.vocab_size = 23, .block_size = 8, .n_layer = 3, .n_head = 2, .n_embd = 10, .dropout = dropout};
 }
 
 struct RunResult {
@@ -51,13 +69,20 @@ struct RunResult {
   std::vector<std::vector<ZeroPartitioner::NonFiniteUnit>> nonfinite;
 };
 
-// Global batch of step s, micro-batch m: ids [B, T+1] from Philox, split into inputs/targets.
-inline std::pair<Tensor, Tensor> global_batch(const RunConfig& c, int64_t vocab, int s, int m) {
-  Philox g(1234, static_cast<uint64_t>(s * 100 + m));
-  std::vector<int64_t> ids(static_cast<size_t>(c.batch * (c.seq + 1)));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = g.block(i)[0] % vocab;
-  Tensor all = Tensor::from_vector(ids, {c.batch, c.seq + 1}, DType::I64);
+// Rows [first, first + count) of step s's sequences: ids from Philox keyed by (s, row), so a
+// row is the same however the step is split into ranks and micro-batches.
+inline std::pair<Tensor, Tensor> step_rows(const RunConfig& c, int64_t vocab, int s, int64_t first, int64_t count) {
+  Philox g(1234, static_cast<uint64_t>(s));
+  const int64_t w = c.seq + 1;
+  std::vector<int64_t> ids(static_cast<size_t>(count * w));
+  for (int64_t i = 0; i < count * w; ++i) ids[static_cast<size_t>(i)] = g.block(static_cast<uint64_t>(first * w + i))[0] % vocab;
+  Tensor all = Tensor::from_vector(ids, {count, w}, DType::I64);
   return {contiguous(slice(all, 1, 0, c.seq)), contiguous(slice(all, 1, 1, c.seq + 1))};
+}
+
+// Micro-step m of step s, all ranks' rows: [B, T] inputs and targets.
+inline std::pair<Tensor, Tensor> global_batch(const RunConfig& c, int64_t vocab, int s, int m) {
+  return step_rows(c, vocab, s, m * c.batch, c.batch);
 }
 
 inline Tensor rows(const Tensor& t, int rank, int n) {
@@ -67,24 +92,56 @@ inline Tensor rows(const Tensor& t, int rank, int n) {
 
 inline optim::AdamWOptions adam_opts() { return {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8}; }
 
-// Single process, full batch, plain modules and optim::AdamW.
-inline RunResult run_reference(const RunConfig& c) {
+// Adds `g` to a binary-counter stack of pairwise partial sums (the order ZeroPartitioner's exact
+// reduction sums micro-batches in); `last` folds the stack into its bottom entry.
+inline void pairwise_push(std::vector<std::pair<int, std::vector<Tensor>>>& stack, std::vector<Tensor> g, bool last) {
+  int level = 0;
+  while (!stack.empty() && stack.back().first == level) {
+    for (size_t i = 0; i < g.size(); ++i) {
+      add_(stack.back().second[i], g[i]);
+      g[i] = stack.back().second[i];
+    }
+    stack.pop_back();
+    ++level;
+  }
+  stack.push_back({level, std::move(g)});
+  while (last && stack.size() > 1) {
+    auto top = std::move(stack.back());
+    stack.pop_back();
+    for (size_t i = 0; i < top.second.size(); ++i) add_(stack.back().second[i], top.second[i]);
+  }
+}
+
+// Single process, plain modules and optim::AdamW, on the micro-batches N ranks would compute
+// (batch / n rows each, grad_accum x n of them, summed pairwise in micro-batch order).
+inline RunResult run_reference(const RunConfig& c, int n = 1) {
   RunResult r;
   std::shared_ptr<nn::GPT> model;
   {
     nn::InitContext ctx(c.seed, Device::cpu(), c.dtype);
-    model = std::make_shared<nn::GPT>(tiny_gpt());
+    model = std::make_shared<nn::GPT>(tiny_gpt(c.dropout));
   }
   optim::AdamW opt(optim::decay_groups(*model, 0.1), adam_opts());
+  auto params = model->parameters();
+  const int64_t b = c.batch / n, M = c.grad_accum * n;
   for (int s = 0; s < c.steps; ++s) {
     double loss_sum = 0;
-    for (int m = 0; m < c.grad_accum; ++m) {
-      auto [x, y] = global_batch(c, model->config.vocab_size, s, m);
+    std::vector<std::pair<int, std::vector<Tensor>>> stack;
+    for (int64_t m = 0; m < M; ++m) {
+      auto [x, y] = step_rows(c, model->config.vocab_size, s, m * b, b);
+      nn::BatchPosition pos(s, m * b, kDropoutSeed);
       Tensor loss = model->loss(x, y);
       loss_sum += loss.item();
-      mul(loss, 1.0 / c.grad_accum).backward();
+      mul(loss, 1.0 / static_cast<double>(M)).backward();
+      std::vector<Tensor> g;
+      for (Tensor& p : params) {
+        g.push_back(p.grad().contiguous_copy());
+        p.set_grad(Tensor());
+      }
+      pairwise_push(stack, std::move(g), m == M - 1);
     }
-    r.losses.push_back(loss_sum / c.grad_accum);
+    for (size_t i = 0; i < params.size(); ++i) params[i].set_grad(stack.back().second[i]);
+    r.losses.push_back(loss_sum / static_cast<double>(M));
     if (s == c.poison_step) {  // the skipped step: no update, no optimizer state change
       opt.zero_grad();
       continue;
@@ -93,7 +150,7 @@ inline RunResult run_reference(const RunConfig& c) {
     opt.step(optim::clip_scale(norm, c.clip));
     opt.zero_grad();
   }
-  for (auto& [n, p] : model->named_parameters()) r.params[n] = p.to_vector();
+  for (auto& [nm, p] : model->named_parameters()) r.params[nm] = p.to_vector();
   return r;
 }
 
@@ -103,15 +160,38 @@ struct Probe {
   std::function<void(ZeroPartitioner&, int step)> after_step;
 };
 
+// Forward and backward of step s on this rank's micro-batches (ZeroPartitioner's schedule);
+// returns the global mean loss, the micro-batch losses summed in micro-batch order (the same
+// double on every rank, and for every decomposition of the step).
+inline double zero_forward_backward(ZeroPartitioner& zero, nn::GPT& model, const RunConfig& c, int s) {
+  Communicator& comm = zero.comm();
+  const int N = comm.size();
+  const int64_t b = c.batch / N, M = static_cast<int64_t>(c.grad_accum) * N;
+  std::vector<double> losses(static_cast<size_t>(M), 0.0);
+  for (int a = 0; a < c.grad_accum; ++a) {
+    const int64_t m = zero.micro_batch_index(a);
+    auto [x, y] = step_rows(c, model.config.vocab_size, s, m * b, b);
+    nn::BatchPosition pos(s, m * b, kDropoutSeed);
+    zero.set_grad_sync(a == c.grad_accum - 1);
+    Tensor loss = model.loss(x.to(c.device), y.to(c.device));
+    losses[static_cast<size_t>(m)] = loss.item();
+    mul(loss, 1.0 / c.grad_accum).backward();
+  }
+  losses = comm.all_reduce_sums(std::move(losses));  // one nonzero per entry: exact
+  double sum = 0;
+  for (double l : losses) sum += l;
+  return sum / static_cast<double>(M);
+}
+
 inline RunResult run_zero(Communicator& comm, const RunConfig& c, const Probe& probe = {}) {
   RunResult r;
   std::shared_ptr<Communicator> shared(&comm, [](Communicator*) {});
   ZeroPartitioner zero(shared, ZeroOptions{.stage = c.stage, .compute_dtype = c.dtype, .device = c.device,
-                                           .prefetch = c.prefetch, .no_sync = c.no_sync});
+                                           .prefetch = c.prefetch, .reduction = c.reduction, .no_sync = c.no_sync});
   std::shared_ptr<nn::GPT> model;
   {
     auto scope = zero.placement_scope(c.seed);
-    model = std::make_shared<nn::GPT>(tiny_gpt());
+    model = std::make_shared<nn::GPT>(tiny_gpt(c.dropout));
   }
   zero.wrap(*model);
   if (probe.after_wrap) probe.after_wrap(zero);
@@ -131,15 +211,7 @@ inline RunResult run_zero(Communicator& comm, const RunConfig& c, const Probe& p
         });
   }
   for (int s = 0; s < c.steps; ++s, ++step) {
-    double loss_sum = 0;
-    for (int m = 0; m < c.grad_accum; ++m) {
-      auto [x, y] = global_batch(c, model->config.vocab_size, s, m);
-      zero.set_grad_sync(m == c.grad_accum - 1);
-      Tensor loss = model->loss(rows(x, rank, N).to(c.device), rows(y, rank, N).to(c.device));
-      loss_sum += loss.item();
-      mul(loss, 1.0 / c.grad_accum).backward();
-    }
-    r.losses.push_back(comm.all_reduce_sum(loss_sum / c.grad_accum) / N);
+    r.losses.push_back(zero_forward_backward(zero, *model, c, s));
     double scale = zero.clip_grad_norm(c.clip);
     r.nonfinite.push_back(std::isfinite(zero.last_grad_norm()) ? std::vector<ZeroPartitioner::NonFiniteUnit>{}
                                                                 : zero.nonfinite_grad_units());

@@ -6,13 +6,13 @@
 
 namespace zdl::dist::testing {
 
-// f32: the sums over ranks run in another order than one process's sums over rows, so results
-// agree to rounding (relative L2 error of each parameter < 1e-5); in f64 the same runs agree to
-// 1e-12, which shows the algorithm itself is exact (see docs/zero.md).
-constexpr double kTol = 1e-5;
+// Exact reduction (the default): N ranks give single-process training's bits ([Note: exact
+// equivalence]), so the f32 tests compare with tolerance 0. Native reduction sums in MPI's
+// order: close, not equal.
+constexpr double kExact = 0.0, kNativeTol = 1e-5;
 
 TEST(ZeroMpi, EveryStageMatchesSingleProcessTraining) {
-  for (ZeroStage s : kAllStages) expect_equivalent(world(), {.stage = s}, kTol);
+  for (ZeroStage s : kAllStages) expect_equivalent(world(), {.stage = s}, kExact);
 }
 
 TEST(ZeroMpi, EveryStageMatchesSingleProcessTrainingInF64) {
@@ -20,13 +20,29 @@ TEST(ZeroMpi, EveryStageMatchesSingleProcessTrainingInF64) {
 }
 
 TEST(ZeroMpi, GradientAccumulationAndClippingMatch) {
-  for (ZeroStage s : kAllStages) expect_equivalent(world(), {.stage = s, .grad_accum = 2, .clip = 0.05}, kTol);
-  expect_equivalent(world(), {.stage = ZeroStage::Two, .grad_accum = 3, .no_sync = true}, kTol);
+  for (ZeroStage s : kAllStages) expect_equivalent(world(), {.stage = s, .grad_accum = 2, .clip = 0.05}, kExact);
+  expect_equivalent(world(),
+                    {.stage = ZeroStage::Two, .grad_accum = 3, .reduction = GradReduction::Native, .no_sync = true},
+                    kNativeTol);
+}
+
+// Every stage, with gradient accumulation, clipping, dropout, tied weights (the GPT's wte) and
+// ZeRO-3 prefetch: every loss and parameter == one process's and plain training's, f32 and bf16.
+// Also run at N = 8 (ctest dist_mpi_exact_np8).
+TEST(ZeroMpi, EveryStageIsBitIdenticalToOneProcess) {
+  for (DType dt : {DType::F32, DType::BF16})
+    for (ZeroStage s : kAllStages)
+      expect_identical(world(), {.stage = s, .dtype = dt, .grad_accum = 2, .batch = 8, .dropout = 0.1});
+}
+
+TEST(ZeroMpi, BitIdenticalWithoutAccumulationAndWithDeepPrefetch) {
+  expect_identical(world(), {.stage = ZeroStage::Three, .batch = 8, .prefetch = 3, .dropout = 0.1});
+  expect_identical(world(), {.stage = ZeroStage::One, .grad_accum = 4, .batch = 8, .dropout = 0.1});
 }
 
 TEST(ZeroMpi, PrefetchDepthDoesNotChangeResults) {
-  expect_equivalent(world(), {.stage = ZeroStage::Three, .prefetch = 0}, kTol);
-  expect_equivalent(world(), {.stage = ZeroStage::Three, .prefetch = 3}, kTol);
+  expect_equivalent(world(), {.stage = ZeroStage::Three, .prefetch = 0}, kExact);
+  expect_equivalent(world(), {.stage = ZeroStage::Three, .prefetch = 3}, kExact);
 }
 
 TEST(ZeroMpi, MemoryFollowsClosedForms) {
@@ -40,7 +56,7 @@ TEST(ZeroMpi, TrafficFollowsClosedForms) {
 TEST(ZeroMpi, Zero3ShardsMatchFullInit) { expect_zero3_shards_match_full_init(world()); }
 
 TEST(ZeroMpi, NonFiniteGradientsOnOneRankAreSeenByAllNamedAndSkipped) {
-  for (ZeroStage s : kAllStages) expect_nonfinite_step_detected_and_skipped(world(), s, kTol);
+  for (ZeroStage s : kAllStages) expect_nonfinite_step_detected_and_skipped(world(), s, kExact);
 }
 
 }  // namespace zdl::dist::testing
