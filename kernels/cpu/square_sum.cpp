@@ -1,8 +1,10 @@
 #include "kernels/cpu/square_sum.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "core/check.h"
 #include "kernels/cpu/parallel.h"
@@ -62,12 +64,14 @@ template <class T, class Bits>
 void add_range(ExactSquareSum& total, int64_t n, const T* x, Bits bits_of) {
   if (n <= 0) return;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<Buckets> parts(static_cast<size_t>(std::min<int64_t>(chunks, omp_get_max_threads())));
+  // One bucket set per thread of parallel_for's team (or one when it runs on this thread).
+  const int level = omp_get_level();
+  std::vector<Buckets> parts(static_cast<size_t>(std::max(1, omp_get_max_threads())));
   parallel_for(chunks, kChunk, [&](int64_t c0, int64_t c1) {
-    Buckets& bk = parts[static_cast<size_t>(omp_in_parallel() ? omp_get_thread_num() : 0)];
+    Buckets& bk = parts[static_cast<size_t>(omp_get_level() > level ? omp_get_thread_num() : 0)];
     for (int64_t i = c0 * kChunk, end = std::min(n, c1 * kChunk); i < end; ++i) bk.add_bits(bits_of(x[i]));
   });
-  for (const Buckets& bk : parts) total.merge(fold(bk));
+  for (const Buckets& bk : parts) total.merge(fold(bk));  // integer sums: any order
 }
 
 }  // namespace
