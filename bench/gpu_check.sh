@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The one command a session runs on the lent GPU machine (docs/cuda.md, "Running on the GPU
-# machine"): with `.device` carried (made here by scripts/device_deps.sh),
+# Checks zerodl on a GPU host in one command (docs/cuda.md, "Checking a GPU host that has no
+# development packages"): with `.device` next to the sources (made by scripts/device_deps.sh),
 #     bash bench/gpu_check.sh
 # unpacks the dependencies, builds zerodl with CUDA (build-gpu/, sm_90, g++ host), prints the
 # GPU and tool versions, runs the GPU-facing tests, the MPI tests under the carried mpirun,
@@ -10,14 +10,14 @@
 # Environment (all optional):
 #   ZDL_GPU_STAGES   stages to run, in this order: "build test memcheck mpi train bench" (default:
 #                    all; setup always runs). E.g. ZDL_GPU_STAGES="build test".
-#   ZDL_GPU_BUDGET_S whole-run budget in seconds (default 540: the device call's limit is 600);
+#   ZDL_GPU_BUDGET_S whole-run budget in seconds (default 540);
 #                    every stage runs under `timeout` within what is left, its own cap scaled
 #                    by ZDL_GPU_BUDGET_S/540 (a slow machine: raise it).
 #   ZDL_GPU_TARGETS  ninja targets to build (default: all)
 #   ZDL_GPU_BUILD_DIR (default build-gpu), ZDL_CUDA_ARCH (default 90), ZDL_GPU_CMAKE_ARGS (extra)
 #   ZDL_DEPS_ARCHIVE (default .device/zdl-deps.tar.xz), ZDL_DEPS_PREFIX (default /opt/zdl-deps)
 #   ZDL_GPU_FORCE=1  run GPU-only stages (memcheck, train, bench) even when no GPU is visible
-#   OUT              where logs go (the device tool's folder): gpu_check.log (this output),
+#   OUT              where logs go (default build-gpu.logs): gpu_check.log (this output),
 #                    summary.txt, logs.tar.gz (every stage's full log, CMakeCache, JUnit XML).
 # Exit status: 0 when no stage failed (skips are not failures), 1 otherwise.
 set -o pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the zerodl CPU ops benchmark and its PyTorch twin in the same session and prints
+# Runs the zerodl CPU ops benchmark and its PyTorch twin in the same run and prints
 #   op  size  zerodl GFLOP/s  torch GFLOP/s  ratio (zerodl / torch)
 # Builds nothing: pass the build directory holding bench/cpu_ops_bench.
 #

@@ -1,4 +1,4 @@
-// Memory accounting: every allocation carries a category (DESIGN.md mechanism 2).
+// Memory accounting: every allocation carries a category (docs/design.md, mechanism 2).
 //
 // The ledger keeps current and peak bytes per category for each device, plus the peak of
 // the total. A cap (bytes, per device) turns an over-budget allocation into an

@@ -3,7 +3,7 @@
 // Every random value is a pure function of (seed, stream, element index): any element of a
 // random tensor can be generated alone. This is what lets a ZeRO-3 rank initialize only its
 // shard of a parameter and still get bits identical to the same slice of a single-process
-// init, whatever the world size (DESIGN.md mechanism 3). The same holds on the GPU: the
+// init, whatever the world size (docs/design.md, mechanism 3). The same holds on the GPU: the
 // block function and uniform() are ZDL_HOST_DEVICE, so a CUDA kernel (kernels/cuda/dropout.cu)
 // computes the very same words as the CPU for the same (seed, stream, index).
 //

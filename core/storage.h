@@ -1,4 +1,4 @@
-// A Storage owns the bytes behind one or more tensor views (DESIGN.md mechanism 1).
+// A Storage owns the bytes behind one or more tensor views (docs/design.md, mechanism 1).
 //
 // It can be *released* (bytes freed, identity and size kept) and *materialized* again.
 // ZeRO-3 depends on this: tensors saved for backward keep pointing at the same Storage,

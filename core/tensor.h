@@ -1,4 +1,4 @@
-// Tensor: a view (shape, strides, offset, dtype) on a shared Storage (DESIGN.md mechanism 1).
+// Tensor: a view (shape, strides, offset, dtype) on a shared Storage (docs/design.md, mechanism 1).
 //
 // A Tensor is a cheap handle (shared_ptr to TensorImpl). Views share the Storage; data is
 // reached only through storage->data() when an op runs, so a released storage is caught.

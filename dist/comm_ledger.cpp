@@ -22,6 +22,7 @@ const char* phase_name(CommPhase p) {
     case CommPhase::GradReduce: return "grad_reduce";
     case CommPhase::PostStepGather: return "post_step_gather";
     case CommPhase::Other: return "other";
+    case CommPhase::Metrics: return "metrics";
   }
   return "?";
 }

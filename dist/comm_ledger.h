@@ -1,5 +1,5 @@
 // Counts every byte a collective moves, by kind and by phase of the training step, so a
-// step's traffic can be put next to the ZeRO paper's closed forms (DESIGN.md mechanism 5).
+// step's traffic can be put next to the ZeRO paper's closed forms (docs/design.md, mechanism 5).
 //
 // Two numbers per collective: `payload` = the bytes of the full logical buffer (what the
 // paper calls Psi * element size for a whole-model collective), and `wire` = the bytes this
@@ -30,8 +30,9 @@ enum class CommPhase : uint8_t {
   GradReduce,      // gradient all-reduce / reduce-scatter after a unit's backward
   PostStepGather,  // ZeRO-1/2 parameter all-gather after the optimizer step
   Other,           // everything else (norms, checks, checkpoint traffic, user calls)
+  Metrics,         // what a training loop shares only to report it (dist::Trainer's step loss)
 };
-constexpr int kNumCommPhases = 5;
+constexpr int kNumCommPhases = 6;
 const char* phase_name(CommPhase p);  // "forward_gather", ...
 
 struct CommStats {

@@ -1,5 +1,5 @@
 // dist::Communicator: the collectives zerodl's partition manager needs, on real libraries
-// (DESIGN.md mechanism 5). Backends, one per file:
+// (docs/design.md, mechanism 5). Backends, one per file:
 //   LocalCommunicator  world size 1, no launcher, no library calls (collectives are copies)
 //   MpiCommunicator    MPI (MPICH or OpenMPI); CPU tensors, CUDA tensors staged through
 //                      pinned host memory

@@ -1,5 +1,5 @@
-// LocalCommunicator: world size 1 without a launcher or any library (DESIGN.md mechanism 5:
-// "world size 1 needs neither launcher nor daemon"). Collectives are copies (all_gather,
+// LocalCommunicator: world size 1 without a launcher or any library (docs/design.md,
+// mechanism 5). Collectives are copies (all_gather,
 // reduce_scatter) or no-ops (all_reduce, broadcast); they are still checked like the real
 // backends and recorded in the CommLedger, with wire bytes 0 ((N-1)/N = 0 for N = 1), so a
 // single-process run reports the same payload a multi-rank run does.

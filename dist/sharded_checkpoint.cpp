@@ -45,37 +45,16 @@ std::string entry_name(const std::string& param, const char* state, int64_t begi
 
 
 
-// ---- which elements a rank owns ----
-
-// Elements [lo, hi) of unit `unit` that belong to parameter `slot` (unit element indices).
-struct OwnedRange {
-  const ParamUnit* unit;
-  const ParamSlot* slot;
-  int64_t lo, hi;
-  int64_t param_begin() const { return lo - slot->offset; }
-  int64_t param_end() const { return hi - slot->offset; }
-};
-
-// Block r of every unit, cut at parameter boundaries (padding belongs to no parameter).
-std::vector<OwnedRange> owned_ranges(ZeroPartitioner& zero, int r) {
-  std::vector<OwnedRange> out;
-  for (auto& u : zero.units()) {
-    const int64_t b = r * u->shard_size, e = b + u->shard_size;
-    for (const ParamSlot& s : u->slots) {
-      int64_t lo = std::max(b, s.offset), hi = std::min(e, s.offset + s.numel);
-      if (lo < hi) out.push_back({u.get(), &s, lo, hi});
-    }
-  }
-  return out;
-}
-
 // Flat elements [at, at + n) of a contiguous 1-D tensor, as a view.
 Tensor flat_range(const Tensor& t, int64_t at, int64_t n) {
   return Tensor::from_storage(t.storage(), {n}, {1}, t.offset() + at, t.dtype());
 }
 
-// The master-sized tensors of a unit, in kStates order.
-std::array<Tensor, 3> unit_states(const ParamUnit& u) { return {u.master, u.exp_avg, u.exp_avg_sq}; }
+// The master-sized tensors of unit i, in kStates order: the partitioner's master, the
+// optimizer's moments.
+std::array<Tensor, 3> unit_states(ZeroPartitioner& zero, const ZeroAdamW& opt, size_t i) {
+  return {zero.units()[i]->master, opt.exp_avg(i), opt.exp_avg_sq(i)};
+}
 
 // ---- collective failure handling ----
 
@@ -361,16 +340,6 @@ class RankFiles {
   std::vector<std::unique_ptr<io::SafetensorsReader>> open_;
 };
 
-// This rank's part of parameter `s` of unit `u`: elements [lo, hi) of the unit in its master.
-struct MasterRange {
-  int64_t lo, hi;
-};
-MasterRange master_range(const ParamUnit& u, const ParamSlot& s) {
-  const int64_t mb = u.master_begin, me = mb + u.master.numel();
-  return {std::max(mb, s.offset), std::min(me, s.offset + s.numel)};
-}
-
-
 // ---- GPT-2 consolidation ----
 
 // The GPT config stored with the checkpoint (train_gpt's config JSON), checked against the
@@ -380,19 +349,7 @@ nn::GPTConfig gpt_config_of(const Layout& L, const std::string& dir) {
   ZDL_CHECK(it != L.state.metadata.end(), "consolidate_sharded('", dir,
             "'): the checkpoint has no GPT config in its metadata[\"config\"] (save it in the TrainState's metadata, "
             "as train_gpt does) so n_head and the vocabulary size are known");
-  json j = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
-  ZDL_CHECK(!j.is_discarded() && j.is_object(), "consolidate_sharded('", dir, "'): metadata[\"config\"] is not a JSON object");
-  nn::GPTConfig cfg;
-  try {
-    cfg.vocab_size = io::json_integer<int64_t>(j.at("vocab_size"), "vocab_size");
-    cfg.padded_vocab_size = j.contains("padded_vocab_size") ? io::json_integer<int64_t>(j["padded_vocab_size"], "padded_vocab_size") : 0;
-    cfg.block_size = io::json_integer<int64_t>(j.at("block_size"), "block_size");
-    cfg.n_layer = io::json_integer<int64_t>(j.at("n_layer"), "n_layer");
-    cfg.n_head = io::json_integer<int64_t>(j.at("n_head"), "n_head");
-    cfg.n_embd = io::json_integer<int64_t>(j.at("n_embd"), "n_embd");
-  } catch (const json::exception& e) {
-    ZDL_CHECK(false, "consolidate_sharded('", dir, "'): metadata[\"config\"] lacks a field: ", e.what());
-  }
+  nn::GPTConfig cfg = io::gpt_config_from_json(it->second, "consolidate_sharded('" + dir + "'): metadata[\"config\"]");
   cfg.bias = std::any_of(L.params.begin(), L.params.end(), [](const LayoutParam& p) { return p.name == "ln_f.bias"; });
   cfg.validate();
   // Bounds before gpt2_layout(cfg) builds n_layer * 12 entries and multiplies n_embd by 4: a
@@ -530,11 +487,13 @@ void save_files_and_swap(const std::string& dir, const std::string& saving, cons
   on_every_rank(comm, what, names, [&] {
     NoGradGuard ng;
     io::NamedTensors tensors;
-    for (const OwnedRange& o : owned_ranges(zero, rank)) {
-      const auto states = unit_states(*o.unit);
-      for (int k = 0; k < 3; ++k)
-        tensors.emplace_back(entry_name(o.slot->name, kStates[k], o.param_begin()),
-                             flat_range(states[k], o.lo - o.unit->master_begin, o.hi - o.lo));
+    for (size_t i = 0; i < zero.units().size(); ++i) {
+      const ParamUnit* u = zero.units()[i].get();
+      const auto states = unit_states(zero, opt, i);
+      for (const Segment& g : u->shard_segments(rank))
+        for (int k = 0; k < 3; ++k)
+          tensors.emplace_back(entry_name(g.slot->name, kStates[k], g.param_begin()),
+                               flat_range(states[k], g.begin - u->master_begin, g.numel()));
     }
     const std::string path = (fs::path(saving) / names[rank]).string();
     io::save_safetensors(path, tensors,
@@ -568,8 +527,9 @@ void save_files_and_swap(const std::string& dir, const std::string& saving, cons
     }
     for (int r = 0; r < N; ++r) {
       ordered_json entries = ordered_json::array();
-      for (const OwnedRange& o : owned_ranges(zero, r))
-        entries.push_back({{"param", o.slot->name}, {"begin", o.param_begin()}, {"end", o.param_end()}});
+      for (auto& u : zero.units())
+        for (const Segment& g : u->shard_segments(r))
+          entries.push_back({{"param", g.slot->name}, {"begin", g.param_begin()}, {"end", g.param_end()}});
       files.push_back({{"name", names[r]},
                        {"rank", r},
                        {"bytes", static_cast<uint64_t>(all_bytes[r])},
@@ -617,36 +577,32 @@ io::TrainState load_impl(const std::string& dir, ZeroPartitioner& zero, ZeroAdam
     for (auto& u : zero.units()) {
       ZDL_CHECK(zero.stage() != ZeroStage::Three || !u->gathered(), "unit ", u->name,
                 " is gathered: load outside forward/backward and outside GatheredParameters");
-      for (const ParamSlot& s : u->slots) {
-        MasterRange m = master_range(*u, s);
-        if (m.lo < m.hi) files->verify(s.name, m.lo - s.offset, m.hi - s.offset);
-      }
+      for (const Segment& g : u->owned_segments()) files->verify(g.slot->name, g.param_begin(), g.param_end());
     }
   });
   // 2. Fill this rank's masters and moments (padding stays zero). Files are read on the host:
   // states on a GPU are filled through host copies, one unit at a time.
   on_every_rank(comm, what, names, [&] {
     NoGradGuard ng;
-    for (auto& u : zero.units()) {
-      const auto states = unit_states(*u);
+    for (size_t i = 0; i < zero.units().size(); ++i) {
+      const ParamUnit* u = zero.units()[i].get();
+      const auto states = unit_states(zero, opt, i);
       auto filled = states;
       if (!states[0].device().is_cpu()) {
         MemoryScope ms(MemoryCategory::Workspace);
         for (int k = 0; k < 3; ++k) filled[k] = Tensor::empty(states[k].shape(), states[k].dtype());
       }
       for (const Tensor& t : filled) t.zero_();
-      for (const ParamSlot& s : u->slots) {
-        MasterRange m = master_range(*u, s);
-        if (m.lo >= m.hi) continue;
+      for (const Segment& g : u->owned_segments())
         for (int k = 0; k < 3; ++k)
-          files->read(s.name, k, m.lo - s.offset, m.hi - s.offset,
-                      flat_range(filled[k], m.lo - u->master_begin, m.hi - m.lo));
-      }
+          files->read(g.slot->name, k, g.param_begin(), g.param_end(),
+                      flat_range(filled[k], g.begin - u->master_begin, g.numel()));
       for (int k = 0; k < 3; ++k)
         if (!filled[k].same(states[k])) states[k].copy_(filled[k]);
     }
   });
   opt.set_step_count(L.optimizer_step);
+  zero.set_step(L.state.step);
   zero.refresh_params();
   return L.state;
 }

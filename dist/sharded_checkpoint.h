@@ -1,5 +1,5 @@
-// Sharded checkpoints of a ZeRO run, and their consolidation into one GPT-2 file (DESIGN.md
-// mechanism 7). The directory:
+// Sharded checkpoints of a ZeRO run, and their consolidation into one GPT-2 file
+// (docs/design.md, mechanism 7). The directory:
 //
 //   <dir>/rank-<r>-of-<N>.safetensors  for every element range rank r owns, the logical master
 //                                      values and both Adam moments (f32; f64 in f64 runs):

@@ -9,6 +9,7 @@
 #include "autograd/ops.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/square_sum.h"
+#include "optim/param_groups.h"
 #ifdef ZDL_WITH_CUDA
 #include "kernels/cuda/optim.h"
 #endif
@@ -21,6 +22,26 @@ const char* stage_name(ZeroStage s) {
     case ZeroStage::One: return "zero1";
     case ZeroStage::Two: return "zero2";
     case ZeroStage::Three: return "zero3";
+  }
+  return "?";
+}
+
+StagePolicy StagePolicy::of(ZeroStage s) {
+  switch (s) {
+    case ZeroStage::DDP: return {};
+    case ZeroStage::One: return {.shard_optimizer = true, .gather_after_step = true};
+    case ZeroStage::Two: return {.shard_optimizer = true, .shard_gradients = true, .gather_after_step = true};
+    case ZeroStage::Three: return {.shard_optimizer = true, .shard_gradients = true, .shard_parameters = true};
+  }
+  return {};
+}
+
+const char* stage_title(ZeroStage s) {
+  switch (s) {
+    case ZeroStage::DDP: return "DDP";
+    case ZeroStage::One: return "ZeRO-1";
+    case ZeroStage::Two: return "ZeRO-2";
+    case ZeroStage::Three: return "ZeRO-3";
   }
   return "?";
 }
@@ -113,7 +134,10 @@ class ZeroPartitioner::Factory final : public nn::ParameterFactory {
 };
 
 ZeroPartitioner::ZeroPartitioner(std::shared_ptr<Communicator> comm, ZeroOptions options)
-    : comm_(std::move(comm)), options_(std::move(options)), factory_(std::make_unique<Factory>(*this)) {
+    : comm_(std::move(comm)),
+      options_(std::move(options)),
+      policy_(StagePolicy::of(options_.stage)),
+      factory_(std::make_unique<Factory>(*this)) {
   ZDL_CHECK(comm_ != nullptr, "ZeroPartitioner: no communicator");
   DType t = options_.compute_dtype;
   ZDL_CHECK(t == DType::F32 || t == DType::BF16 || t == DType::F64, comm_->prefix(),
@@ -183,7 +207,7 @@ ParamUnit& ZeroPartitioner::make_unit(const std::string& name, const std::vector
     s.init = spec->init;
     s.seed = spec->seed;
     s.stream = spec->stream;
-    s.decay = p.dim() >= 2;
+    s.decay = optim::decays(p);
     u->numel += s.numel;
     u->slots.push_back(s);
   }
@@ -213,19 +237,16 @@ void init_range(const ParamUnit& u, int64_t begin, const Tensor& dst) {
     return;
   }
   dst.zero_();
-  int64_t end = begin + dst.numel();
-  for (const ParamSlot& s : u.slots) {
-    int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
-    if (lo >= hi) continue;
-    Tensor part = Tensor::from_storage(dst.storage(), {hi - lo}, {1}, dst.offset() + (lo - begin), dst.dtype());
-    nn::init_elements(s.init, s.seed, s.stream, lo - s.offset, part);
+  for (const Segment& g : u.segments(begin, begin + dst.numel())) {
+    Tensor part = Tensor::from_storage(dst.storage(), {g.numel()}, {1}, dst.offset() + (g.begin - begin), dst.dtype());
+    nn::init_elements(g.slot->init, g.slot->seed, g.slot->stream, g.param_begin(), part);
   }
 }
 
 }  // namespace
 
 void ZeroPartitioner::allocate(ParamUnit& u) {
-  const ZeroStage st = options_.stage;
+  const StagePolicy& pol = policy_;
   const DType ct = options_.compute_dtype, mt = master_dtype(ct);
   const bool separate_master = ct != mt;
   u.separate_master = separate_master;
@@ -233,8 +254,9 @@ void ZeroPartitioner::allocate(ParamUnit& u) {
   const Device dev = options_.device;  // [Note: device]
 
   // Full parameters: one storage for the unit, released under ZeRO-3 until gathered.
-  if (st == ZeroStage::Three) {
+  if (pol.shard_parameters) {
     u.full = StorageImpl::make_released(static_cast<size_t>(u.padded) * es, dev, MemoryCategory::Parameter);
+    u.set_initial_param_state(ParamState::Sharded);
   } else {
     MemoryScope ms(MemoryCategory::Parameter);
     u.full = Tensor::empty({u.padded}, ct, dev).storage();
@@ -247,7 +269,7 @@ void ZeroPartitioner::allocate(ParamUnit& u) {
 
   // What the optimizer updates, initialized here from the recipes (only this rank's range
   // under stages 1-3 with a separate master, or stage 3).
-  if (st == ZeroStage::DDP) {
+  if (!pol.shard_optimizer) {
     u.master_begin = 0;
     if (separate_master) {
       MemoryScope ms(MemoryCategory::OptimizerState);
@@ -258,7 +280,7 @@ void ZeroPartitioner::allocate(ParamUnit& u) {
       init_range(u, 0, u.full_flat);
       u.master = u.full_flat;
     }
-  } else if (st == ZeroStage::Three) {
+  } else if (pol.shard_parameters) {
     u.master_begin = u.shard_begin;
     {
       MemoryScope ms(MemoryCategory::ParameterShard);
@@ -288,7 +310,7 @@ void ZeroPartitioner::allocate(ParamUnit& u) {
   }
 
   // Gradients.
-  if (st == ZeroStage::DDP || st == ZeroStage::One) {
+  if (!pol.shard_gradients) {
     MemoryScope ms(MemoryCategory::Gradient);
     u.grad_full = Tensor::zeros({u.padded}, ct, dev).storage();
   } else {
@@ -299,19 +321,13 @@ void ZeroPartitioner::allocate(ParamUnit& u) {
       "under ZeRO-2/3 a unit's full gradients exist only between its backward and its reduce-scatter; the "
       "reduced gradients are this rank's shard");
   u.grad_flat = flat_view(u.grad_full, 0, u.padded, ct);
-  if (st == ZeroStage::DDP) {
+  if (!pol.shard_optimizer) {
     u.grad_shard = u.grad_flat;
-  } else if (st == ZeroStage::One) {
+  } else if (!pol.shard_gradients) {
     u.grad_shard = flat_view(u.grad_full, u.shard_begin, u.shard_size, ct);
   } else {
     MemoryScope ms(MemoryCategory::GradientShard);
     u.grad_shard = Tensor::zeros({u.shard_size}, ct, dev);
-  }
-
-  {
-    MemoryScope ms(MemoryCategory::OptimizerState);
-    u.exp_avg = Tensor::zeros({u.master.numel()}, mt, dev);
-    u.exp_avg_sq = Tensor::zeros({u.master.numel()}, mt, dev);
   }
 
   // Re-point every parameter at its place in the unit (same TensorImpl: modules and saved
@@ -422,7 +438,7 @@ void ZeroPartitioner::prefetch(int from, int direction, CommPhase phase) {
 }
 
 void ZeroPartitioner::on_forward_pre(ParamUnit& u) {
-  if (options_.stage == ZeroStage::Three) {
+  if (policy_.shard_parameters) {
     gather(u, CommPhase::ForwardGather, true);
     int pos = position_of(block_order_, u);
     prefetch(pos, +1, CommPhase::ForwardGather);  // the root (pos -1) prefetches the first block
@@ -431,13 +447,13 @@ void ZeroPartitioner::on_forward_pre(ParamUnit& u) {
 }
 
 void ZeroPartitioner::on_forward_post(ParamUnit& u) {
-  if (options_.stage == ZeroStage::Three) u.reshard();
+  if (policy_.shard_parameters) u.reshard();
   emit(TraceKind::ForwardEnd, &u);
 }
 
 void ZeroPartitioner::on_backward_pre(ParamUnit& u) {
   prepare_grads(u);
-  if (options_.stage == ZeroStage::Three) {
+  if (policy_.shard_parameters) {
     gather(u, CommPhase::BackwardGather, true);
     int pos = position_of(block_order_, u);
     prefetch(pos < 0 ? static_cast<int>(block_order_.size()) : pos, -1, CommPhase::BackwardGather);
@@ -447,7 +463,7 @@ void ZeroPartitioner::on_backward_pre(ParamUnit& u) {
 
 void ZeroPartitioner::on_post_backward(ParamUnit& u) {
   emit(TraceKind::BackwardEnd, &u);
-  if (options_.stage == ZeroStage::Three) {
+  if (policy_.shard_parameters) {
     u.reshard();  // the reduction reads gradients only
     // Queue the next prefetch before this unit's reduction, so the next unit's pre-hook finds
     // it issued and need not wait (in the divergence check) for the reduction to finish.
@@ -458,6 +474,9 @@ void ZeroPartitioner::on_post_backward(ParamUnit& u) {
 }
 
 void ZeroPartitioner::prepare_grads(ParamUnit& u) {
+  ZDL_CHECK(u.grad_state != GradState::Reducing, comm_->prefix(), " unit ", u.name,
+            ": its backward started while its previous gradients are still being reduced");
+  u.grad_state = GradState::Accumulating;
   if (u.grad_full->is_released()) {
     u.grad_full->materialize(MemoryCategory::Gradient);
     u.grad_flat.zero_();
@@ -476,20 +495,20 @@ void ZeroPartitioner::prepare_grads(ParamUnit& u) {
 // (waited for, scaled by 1/N, stored into the shard, full gradients freed) when the next unit's
 // reduction is issued, so one reduction is in flight while the backward computes the previous
 // unit. The gradient buffer under a pending reduction is neither written (the backward is done
-// with that unit) nor freed (only finish_grad_reductions frees it). A callback queued on the autograd
+// with that unit) nor freed (only wait_for_reductions frees it). A callback queued on the autograd
 // engine finishes the last one before backward() returns, so callers see reduced gradients as
 // before. Cost: stages 2-3 hold the full gradients of one more unit while it is in flight.
 void ZeroPartitioner::reduce_grads(ParamUnit& u) {
-  const ZeroStage st = options_.stage;
-  if (!exact() && !grad_sync_ &&
-      (st == ZeroStage::DDP || st == ZeroStage::One || (st == ZeroStage::Two && options_.no_sync)))
-    return;
-  finish_grad_reductions();  // at most one in flight
+  const StagePolicy& pol = policy_;
+  // Native reduction sums micro-batches locally where full gradients are kept anyway.
+  if (!exact() && !grad_sync_ && (!pol.shard_gradients || (options_.no_sync && !pol.shard_parameters))) return;
+  wait_for_reductions();  // at most one in flight
   agree(kGradReduce, &u);
   emit(TraceKind::ReduceBegin, &u);
   CommPhaseScope ps(CommPhase::GradReduce);
   PendingReduce p{&u, nullptr, Tensor(), grad_sync_};
-  if (st == ZeroStage::DDP) {
+  u.grad_state = GradState::Reducing;
+  if (!pol.shard_optimizer) {
     p.work = exact() ? comm_->all_reduce_fixed_async(u.grad_flat) : comm_->all_reduce_async(u.grad_flat);
   } else {
     {
@@ -502,11 +521,11 @@ void ZeroPartitioner::reduce_grads(ParamUnit& u) {
   pending_reduce_ = std::move(p);
   // Finished by the next unit's reduction, or at the end of this backward (a no-op by then for
   // all but the last unit's callback; the engine drops the callbacks of a backward that throws).
-  if (autograd::in_backward()) autograd::queue_callback([this] { finish_grad_reductions(); });
-  else finish_grad_reductions();
+  if (autograd::in_backward()) autograd::queue_callback([this] { wait_for_reductions(); });
+  else wait_for_reductions();
 }
 
-void ZeroPartitioner::finish_grad_reductions() {
+void ZeroPartitioner::wait_for_reductions() {
   if (!pending_reduce_) return;
   // Taken out first: a wait that throws (watchdog) must not leave it to be finished again.
   PendingReduce p = std::move(*pending_reduce_);
@@ -514,16 +533,17 @@ void ZeroPartitioner::finish_grad_reductions() {
   ParamUnit& u = *p.unit;
   p.work->wait();
   const double inv_n = 1.0 / comm_->size();
-  const ZeroStage st = options_.stage;
+  const StagePolicy& pol = policy_;
+  u.grad_state = p.last ? GradState::Reduced : GradState::Accumulating;
   if (exact()) {
-    const Tensor& reduced = st == ZeroStage::DDP ? u.grad_flat : p.reduced;
+    const Tensor& reduced = !pol.shard_optimizer ? u.grad_flat : p.reduced;
     scale_(reduced, inv_n);
     accumulate_exact(u, reduced, p.last);
-  } else if (st == ZeroStage::DDP) {
+  } else if (!pol.shard_optimizer) {
     scale_(u.grad_flat, inv_n);
   } else {
     scale_(p.reduced, inv_n);
-    if (st == ZeroStage::One) {
+    if (!pol.shard_gradients) {
       u.grad_shard.copy_(p.reduced);  // own block of the (persistent) full gradients
     } else {
       add_(u.grad_shard, p.reduced);  // micro-batches accumulate into the shard
@@ -540,12 +560,12 @@ void ZeroPartitioner::finish_grad_reductions() {
 // micro-batches). The partial sums live in Gradient (stage 0) or GradientShard buffers, at
 // most log2(A) of them; a step without accumulation needs none.
 void ZeroPartitioner::accumulate_exact(ParamUnit& u, const Tensor& reduced, bool last) {
-  const ZeroStage st = options_.stage;
+  const StagePolicy& pol = policy_;
   // Stages 2-3 add into the shard (zero after zero_grad); stage 1's shard is its own block of
   // the full buffer the reduction used as work space, and DDP's result is that buffer itself.
   auto store = [&](const Tensor& v) {
-    const Tensor& dest = st == ZeroStage::DDP ? u.grad_flat : u.grad_shard;
-    if (st == ZeroStage::Two || st == ZeroStage::Three) add_(dest, v);
+    const Tensor& dest = !pol.shard_optimizer ? u.grad_flat : u.grad_shard;
+    if (pol.shard_gradients) add_(dest, v);
     else if (!v.same(dest)) dest.copy_(v);
   };
   if (last && u.grad_partials.empty()) {  // the step's only micro-step
@@ -553,7 +573,7 @@ void ZeroPartitioner::accumulate_exact(ParamUnit& u, const Tensor& reduced, bool
   } else {
     Tensor sum;
     {
-      MemoryScope ms(st == ZeroStage::DDP ? MemoryCategory::Gradient : MemoryCategory::GradientShard);
+      MemoryScope ms(!pol.shard_optimizer ? MemoryCategory::Gradient : MemoryCategory::GradientShard);
       sum = Tensor::empty(reduced.shape(), reduced.dtype(), reduced.device());
     }
     sum.copy_(reduced);
@@ -576,7 +596,7 @@ void ZeroPartitioner::accumulate_exact(ParamUnit& u, const Tensor& reduced, bool
       parts.clear();
     }
   }
-  if (st == ZeroStage::DDP || st == ZeroStage::One) {
+  if (!pol.shard_gradients) {
     if (!last) u.grad_flat.zero_();  // the next micro-batch's backward starts from zero
   } else {
     u.grad_full->release();
@@ -613,9 +633,10 @@ std::vector<double> device_sums_of_squares(const std::vector<std::unique_ptr<Par
 // have the same bits whatever the world size, stage or thread count. f64 runs and GPU
 // buffers sum in double (close, not bit-stable across decompositions).
 double ZeroPartitioner::clip_grad_norm(double max_norm) {
-  finish_grad_reductions();  // normally done when backward() returned
+  wait_for_reductions();  // normally done when backward() returned
   unit_grad_sq_.assign(units_.size(), 0.0);
-  const bool sharded = options_.stage != ZeroStage::DDP && comm_->size() > 1;
+  check_gradients_complete("clip_grad_norm");
+  const bool sharded = policy_.shard_optimizer && comm_->size() > 1;
   const bool exact = options_.device.is_cpu() && options_.compute_dtype != DType::F64;
   double sq = 0.0;
   if (exact) {
@@ -658,7 +679,7 @@ std::vector<ZeroPartitioner::NonFiniteUnit> ZeroPartitioner::nonfinite_grad_unit
             " nonfinite_grad_units: call clip_grad_norm first (it measures the gradients)");
   std::vector<double> bad(units_.size());
   for (size_t i = 0; i < units_.size(); ++i) bad[i] = std::isfinite(unit_grad_sq_[i]) ? 0.0 : 1.0;
-  const bool replicated = options_.stage == ZeroStage::DDP || comm_->size() == 1;
+  const bool replicated = !policy_.shard_optimizer || comm_->size() == 1;
   if (!replicated) {
     agree(kNonFiniteReduce, nullptr);
     bad = comm_->all_reduce_sums(std::move(bad));
@@ -676,15 +697,14 @@ void ZeroPartitioner::after_optimizer_step() {
 }
 
 void ZeroPartitioner::refresh_params() {
-  const ZeroStage st = options_.stage;
   for (auto& up : units_) {
     ParamUnit& u = *up;
     const bool separate = u.separate_master;
-    if (st == ZeroStage::DDP) {
+    if (!policy_.shard_optimizer) {
       if (separate) u.full_flat.copy_(u.master);
-    } else if (st == ZeroStage::Three) {
+    } else if (policy_.shard_parameters) {
       if (separate) u.param_shard.copy_(u.master);
-    } else {
+    } else if (policy_.gather_after_step) {
       Tensor own = flat_view(u.full, u.shard_begin, u.shard_size, options_.compute_dtype);
       if (separate) own.copy_(u.master);
       agree(kPostStepGather, &u);
@@ -694,11 +714,19 @@ void ZeroPartitioner::refresh_params() {
   }
 }
 
+void ZeroPartitioner::check_gradients_complete(const char* what) const {
+  for (auto& u : units_)
+    ZDL_CHECK(u->grad_state != GradState::Accumulating && u->grad_state != GradState::Reducing, comm_->prefix(), " ",
+              what, ": the gradients of unit ", u->name, " are ", state_name(u->grad_state),
+              ", not reduced: the step's last micro-batch must run its backward after set_grad_sync(true)");
+}
+
 void ZeroPartitioner::zero_grad() {
-  finish_grad_reductions();  // no buffer is zeroed or freed under a pending collective
+  wait_for_reductions();  // no buffer is zeroed or freed under a pending collective
   for (auto& u : units_) {
     u->grad_partials.clear();  // a step abandoned mid-accumulation
-    if (options_.stage == ZeroStage::DDP || options_.stage == ZeroStage::One) {
+    u->grad_state = GradState::Empty;
+    if (!policy_.shard_gradients) {
       u->grad_flat.zero_();
     } else {
       u->grad_shard.zero_();
@@ -729,29 +757,10 @@ std::string ZeroPartitioner::describe(int64_t tag) const {
   return detail::str(event_name(static_cast<int>(event)), " of ", uname, " in step ", step + 1);
 }
 
-// ---- ParamUnit ----
-
-void ParamUnit::unshard_async(Communicator& comm) {
-  if (pending_ || !full->is_released()) return;
-  full->materialize(MemoryCategory::Parameter);
-  pending_ = comm.all_gather_async(param_shard, full_flat);
-}
-
-void ParamUnit::wait_unshard() {
-  if (!pending_) return;
-  auto w = std::move(pending_);
-  w->wait();
-}
-
-void ParamUnit::reshard() {
-  if (pending_) wait_unshard();
-  full->release();
-}
-
 // ---- GatheredParameters ----
 
 GatheredParameters::GatheredParameters(ZeroPartitioner& z, bool modify) : z_(z), modify_(modify) {
-  if (z_.stage() != ZeroStage::Three) return;
+  if (!z_.policy().shard_parameters) return;
   for (auto& u : z_.units_) {
     if (u->gathered()) continue;
     z_.gather(*u, CommPhase::Other, true);
@@ -763,7 +772,7 @@ GatheredParameters::~GatheredParameters() noexcept(false) {
   if (modify_) {
     for (auto& u : z_.units_) {
       Tensor own = Tensor::from_storage(u->full, {u->master.numel()}, {1}, u->master_begin, z_.options_.compute_dtype);
-      if (z_.stage() == ZeroStage::Three) {
+      if (z_.policy().shard_parameters) {
         u->master.copy_(own);
         if (u->separate_master) u->param_shard.copy_(u->master);
       } else if (u->separate_master) {

@@ -1,4 +1,4 @@
-// ZeroPartitioner: DDP and ZeRO-1/2/3 on one partition manager (DESIGN.md mechanisms 3-4).
+// ZeroPartitioner: DDP and ZeRO-1/2/3 on one partition manager (docs/design.md, mechanisms 3-4).
 //
 // Life of a model under the manager:
 //   1. Build inside `placement_scope()`: register_parameter hands each parameter to the
@@ -99,6 +99,13 @@ class ZeroPartitioner {
   };
   std::vector<NonFiniteUnit> nonfinite_grad_units();
 
+  // Waits for the gradient reduction still in flight (if any) and stores its result. backward()
+  // already did; the optimizer calls it before reading gradients.
+  void wait_for_reductions();
+  // Throws, naming the unit, if some unit's gradients are not reduced yet ([Note: unit
+  // lifecycle]); `what` names the caller that needs them.
+  void check_gradients_complete(const char* what) const;
+
   // Zeroes the reduced gradients (after the optimizer step).
   void zero_grad();
 
@@ -118,15 +125,18 @@ class ZeroPartitioner {
   Communicator& comm() { return *comm_; }
   const ZeroOptions& options() const { return options_; }
   ZeroStage stage() const { return options_.stage; }
+  const StagePolicy& policy() const { return policy_; }
   std::vector<std::unique_ptr<ParamUnit>>& units() { return units_; }
   int64_t num_parameters() const;  // Psi (unpadded)
   int64_t num_padded() const;      // sum of padded unit sizes
+  // The training step the divergence check reports (Trainer::step and load_sharded set it;
+  // otherwise it counts optimizer steps).
   int64_t step() const { return step_; }
+  void set_step(int64_t step) { step_ = step; }
 
  private:
   class Factory;
   friend class GatheredParameters;
-  friend class ZeroAdamW;
 
   ParamUnit& make_unit(const std::string& name, const std::vector<std::pair<std::string, Tensor>>& params);
   void allocate(ParamUnit& u);
@@ -150,14 +160,14 @@ class ZeroPartitioner {
   // and, on the last micro-batch, stores the step's gradient.
   void accumulate_exact(ParamUnit& u, const Tensor& reduced, bool last);
   bool exact() const { return options_.reduction == GradReduction::Exact; }
-  // Waits for the reduction in flight (if any) and stores its result.
-  void finish_grad_reductions();
+
   // Divergence check: every rank must be at the same (event, unit) here.
   void agree(int event, const ParamUnit* u);
   std::string describe(int64_t tag) const;
 
   std::shared_ptr<Communicator> comm_;
   ZeroOptions options_;
+  StagePolicy policy_;  // from options_.stage, once
   std::unique_ptr<Factory> factory_;
   std::vector<std::unique_ptr<ParamUnit>> units_;  // blocks in order, root last
   std::vector<ParamUnit*> block_order_;             // units other than the root, forward order
@@ -165,7 +175,6 @@ class ZeroPartitioner {
   bool grad_sync_ = true;
   std::optional<PendingReduce> pending_reduce_;  // at most one in flight
   int64_t step_ = 0;
-  int64_t check_seq_ = 0;
   double last_grad_norm_ = 0.0;
   std::vector<double> unit_grad_sq_;  // this rank's sum of squares per unit, from clip_grad_norm
   std::function<void(const TraceEvent&)> trace_;

@@ -1,4 +1,4 @@
-// Options of the ZeRO partition manager: the stage is one field (STYLE.md habit 8).
+// Options of the ZeRO partition manager: the stage is one field (one switch, not four implementations).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -28,6 +28,19 @@ enum class GradReduction { Exact, Native };
 // 0 = DDP (everything replicated), 1 = optimizer states sharded, 2 = + gradients,
 // 3 = + parameters (gathered around each unit's forward and backward, freed afterwards).
 enum class ZeroStage : int { DDP = 0, One = 1, Two = 2, Three = 3 };
+
+// What a stage shards, decided once from the stage (ZeroPartitioner::policy()); the partition
+// manager reads these flags, never the stage number.
+struct StagePolicy {
+  bool shard_optimizer = false;    // masters and Adam moments: this rank's block only (stages 1-3)
+  bool shard_gradients = false;    // reduced gradients in a shard of their own; full gradients freed
+                                   // after their reduction (stages 2-3)
+  bool shard_parameters = false;   // parameters kept as a shard; a unit is gathered for its forward
+                                   // and backward and freed after (stage 3)
+  bool gather_after_step = false;  // the optimizer updated a block of replicated parameters: all-gather
+                                   // them after the step (stages 1-2)
+  static StagePolicy of(ZeroStage s);
+};
 
 struct ZeroOptions {
   ZeroStage stage = ZeroStage::Three;
@@ -69,7 +82,8 @@ struct TraceEvent {
   int64_t mem_bytes = 0;  // this rank's memory ledger total on the unit's device at that moment
 };
 
-const char* stage_name(ZeroStage s);  // "ddp", "zero1", ...
+const char* stage_name(ZeroStage s);   // "ddp", "zero1", ... (flags, file names, CSVs)
+const char* stage_title(ZeroStage s);  // "DDP", "ZeRO-1", ... (tables and messages)
 ZeroStage stage_from_int(int s);       // throws for anything but 0..3
 
 }  // namespace zdl::dist

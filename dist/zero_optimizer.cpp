@@ -14,9 +14,17 @@ namespace zdl::dist {
 
 ZeroAdamW::ZeroAdamW(ZeroPartitioner& zero, const optim::AdamWOptions& o, double weight_decay)
     : zero_(zero), options_(o), weight_decay_(weight_decay) {
-  ZDL_CHECK(o.lr >= 0 && o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1 && o.eps > 0,
-            zero.comm().prefix(), " AdamW: bad hyperparameters lr=", o.lr, " beta1=", o.beta1, " beta2=", o.beta2,
-            " eps=", o.eps);
+  o.validate(zero.comm().prefix() + " ZeroAdamW");
+  try {
+    MemoryScope ms(MemoryCategory::OptimizerState);
+    for (auto& u : zero_.units())
+      moments_.push_back({Tensor::zeros({u->master.numel()}, u->master.dtype(), u->master.device()),
+                          Tensor::zeros({u->master.numel()}, u->master.dtype(), u->master.device())});
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError(detail::str(zero_.comm().prefix(), " placing Adam's moments under ", stage_name(zero_.stage()),
+                                       " (", zero_.num_parameters(), " parameters on ", zero_.comm().size(),
+                                       " ranks): ", e.what(), "; shard more (a higher ZeRO stage or more ranks) or raise the cap"));
+  }
 }
 
 void ZeroAdamW::build_device_tables() {
@@ -25,12 +33,9 @@ void ZeroAdamW::build_device_tables() {
   device_chunk_counts_.clear();
   for (auto& up : zero_.units()) {
     const ParamUnit& u = *up;
-    const int64_t mb = u.master_begin, me = mb + u.master.numel();
     std::vector<kernels::cuda::AdamWSegment> segments;
-    for (const ParamSlot& s : u.slots) {
-      const int64_t lo = std::max(mb, s.offset), hi = std::min(me, s.offset + s.numel);
-      if (lo < hi) segments.push_back({lo - mb, hi - lo, s.decay ? weight_decay_ : 0.0});
-    }
+    for (const Segment& g : u.owned_segments())
+      segments.push_back({g.begin - u.master_begin, g.numel(), g.slot->decay ? weight_decay_ : 0.0});
     const std::vector<kernels::cuda::AdamWChunk> chunks = kernels::cuda::adamw_chunks(segments);
     const int64_t n = static_cast<int64_t>(chunks.size());
     static_assert(sizeof(kernels::cuda::AdamWChunk) == 3 * sizeof(int64_t));
@@ -45,7 +50,8 @@ void ZeroAdamW::build_device_tables() {
 
 void ZeroAdamW::step(double grad_scale) {
   NoGradGuard ng;
-  zero_.finish_grad_reductions();  // normally done when backward() returned
+  zero_.wait_for_reductions();  // normally done when backward() returned
+  zero_.check_gradients_complete("ZeroAdamW::step");
   zero_.emit(TraceKind::StepBegin, nullptr);
   ++step_;
 #ifdef ZDL_WITH_CUDA
@@ -59,29 +65,27 @@ void ZeroAdamW::step(double grad_scale) {
       // Master, moments and gradient shard are indexed alike (see the CPU loop below); decay per chunk.
       kernels::cuda::adamw_update(u.grad_shard.dtype(),
                                   static_cast<const kernels::cuda::AdamWChunk*>(device_chunks_[i].raw_data()), n,
-                                  u.master.data<float>(), u.grad_shard.raw_data(), u.exp_avg.data<float>(),
-                                  u.exp_avg_sq.data<float>(), h, grad_scale);
+                                  u.master.data<float>(), u.grad_shard.raw_data(), moments_[i][0].data<float>(),
+                                  moments_[i][1].data<float>(), h, grad_scale);
     }
     zero_.after_optimizer_step();
     return;
   }
 #endif
-  for (auto& up : zero_.units()) {
-    ParamUnit& u = *up;
-    const int64_t mb = u.master_begin, me = mb + u.master.numel();
+  for (size_t i = 0; i < zero_.units().size(); ++i) {
+    ParamUnit& u = *zero_.units()[i];
+    const Tensor &m1 = moments_[i][0], &m2 = moments_[i][1];
     Tensor grad = u.grad_shard;  // indexed like the master (stage 0: full; else this rank's block)
-    for (const ParamSlot& s : u.slots) {
-      int64_t lo = std::max(mb, s.offset), hi = std::min(me, s.offset + s.numel);
-      if (lo >= hi) continue;
+    for (const Segment& g : u.owned_segments()) {
       kernels::cpu::AdamWParams h{options_.lr, options_.beta1, options_.beta2, options_.eps,
-                                  s.decay ? weight_decay_ : 0.0, step_};
-      const int64_t at = lo - mb, n = hi - lo;
+                                  g.slot->decay ? weight_decay_ : 0.0, step_};
+      const int64_t at = g.begin - u.master_begin, n = g.numel();
       auto run = [&](auto master_tag, auto grad_tag) {
         using T = decltype(master_tag);
         using G = decltype(grad_tag);
         using S = kernels::cpu::opt_state_t<T>;
-        kernels::cpu::adamw_update<T, G>(n, u.master.data<T>() + at, grad.data<G>() + at, u.exp_avg.data<S>() + at,
-                                         u.exp_avg_sq.data<S>() + at, h, grad_scale);
+        kernels::cpu::adamw_update<T, G>(n, u.master.data<T>() + at, grad.data<G>() + at, m1.data<S>() + at,
+                                         m2.data<S>() + at, h, grad_scale);
       };
       if (u.master.dtype() == DType::F64) run(double{}, double{});
       else if (grad.dtype() == DType::BF16) run(float{}, BFloat16{});

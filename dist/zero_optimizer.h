@@ -1,16 +1,17 @@
-// ZeroAdamW: AdamW on the flat shards of a ZeroPartitioner (DESIGN.md mechanism 4).
+// ZeroAdamW: AdamW on the flat shards of a ZeroPartitioner (docs/design.md, mechanism 4).
 //
 // Each rank updates only the elements it owns (stage 0: all of them): one fused loop per
 // parameter segment of its shard, with the decoupled weight decay of that parameter (decay on
 // matrices only, as GPT-2 training does). On a GPU (ZeroOptions::device) one kernel per unit
 // updates all its segments (kernels/cuda/optim.h), from a table of (offset, size, decay) chunks
-// built at the first step and kept on the device. Moments are f32 (f64 for f64 runs), sized like the
-// master: full under DDP, 1/N otherwise. After the update the manager refreshes the
+// built at the first step and kept on the device. The moments are this optimizer's, allocated
+// when it is made: f32 (f64 for f64 runs), sized like the master: full under DDP, 1/N otherwise. After the update the manager refreshes the
 // compute-dtype parameters (and stages 1-2 all-gather them).
 //
 //   dist::ZeroAdamW opt(zero, {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95}, /*weight_decay=*/0.1);
 //   opt.set_lr(sched.lr(step)); opt.step(zero.clip_grad_norm(1.0)); zero.zero_grad();
 #pragma once
+#include <array>
 #include <vector>
 
 #include "dist/zero.h"
@@ -28,12 +29,19 @@ class ZeroAdamW {
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t s) { step_ = s; }
 
+  // Adam's first and second moments of unit i (zero.units()[i]), indexed like its master:
+  // f32 (f64 for f64 runs), full size under DDP, this rank's shard otherwise. Checkpoints read
+  // and write them here.
+  const Tensor& exp_avg(size_t unit) const { return moments_.at(unit)[0]; }
+  const Tensor& exp_avg_sq(size_t unit) const { return moments_.at(unit)[1]; }
+
  private:
   // Device runs: each unit's chunk table (kernels::cuda::AdamWChunk entries, 3 words each) and
   // its entry count, built at the first step.
   void build_device_tables();
 
   ZeroPartitioner& zero_;
+  std::vector<std::array<Tensor, 2>> moments_;  // per unit: exp_avg, exp_avg_sq
   optim::AdamWOptions options_;
   double weight_decay_;
   int64_t step_ = 0;

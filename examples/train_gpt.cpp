@@ -36,13 +36,14 @@
 #include "data/default_corpus.h"
 #include "data/token_dataset.h"
 #include "dist/communicator.h"
+#include "dist/metrics.h"
 #include "dist/sharded_checkpoint.h"
+#include "dist/trainer.h"
 #include "dist/zero.h"
 #include "dist/zero_optimizer.h"
 #include "examples/program_main.h"
 #include "io/checkpoint_dir.h"
 #include "io/gpt2_format.h"
-#include "nn/batch_position.h"
 #include "nn/gpt.h"
 #include "nn/sampling.h"
 #include "optim/schedule.h"
@@ -177,24 +178,6 @@ class Progress {
   std::chrono::steady_clock::time_point start_;
 };
 
-json config_json(const nn::GPTConfig& c) {
-  return {{"vocab_size", c.vocab_size}, {"padded_vocab_size", c.padded_vocab_size}, {"block_size", c.block_size},
-          {"n_layer", c.n_layer},       {"n_head", c.n_head},                       {"n_embd", c.n_embd},
-          {"dropout", c.dropout}};
-}
-
-nn::GPTConfig config_from_json(const json& j) {
-  nn::GPTConfig c;
-  c.vocab_size = j.at("vocab_size");
-  c.padded_vocab_size = j.at("padded_vocab_size");
-  c.block_size = j.at("block_size");
-  c.n_layer = j.at("n_layer");
-  c.n_head = j.at("n_head");
-  c.n_embd = j.at("n_embd");
-  c.dropout = j.at("dropout");
-  return c;
-}
-
 // Mean loss over `n` sequential batches of a split (no dropout, no graph), over all ranks:
 // each rank scores its rows of every global batch.
 double evaluate(nn::GPT& model, const data::TokenDataset& ds, dist::Communicator& comm, data::Split split, int64_t n,
@@ -213,51 +196,13 @@ double evaluate(nn::GPT& model, const data::TokenDataset& ds, dist::Communicator
   return comm.all_reduce_sum(total) / static_cast<double>(n * comm.size());
 }
 
-// Per-step memory (bytes on this rank's device by category, and the step's peak) and traffic
-// (bytes by collective and phase), for the metrics file. On a GPU the model states, activations
-// and workspaces are on the device; the pinned host buffers of MPI staging are `host_comm`.
-json memory_json(Device dev) {
-  MemoryStats s = memory_ledger().stats(dev);
-  auto c = [&](MemoryCategory k) { return s.current_of(k); };
-  return {{"param", c(MemoryCategory::Parameter) + c(MemoryCategory::ParameterShard)},
-          {"param_full", c(MemoryCategory::Parameter)},
-          {"param_shard", c(MemoryCategory::ParameterShard)},
-          {"grad", c(MemoryCategory::Gradient) + c(MemoryCategory::GradientShard)},
-          {"grad_full", c(MemoryCategory::Gradient)},
-          {"grad_shard", c(MemoryCategory::GradientShard)},
-          {"optim", c(MemoryCategory::OptimizerState)},
-          {"activation", c(MemoryCategory::Activation)},
-          {"comm", c(MemoryCategory::CommBuffer)},
-          {"workspace", c(MemoryCategory::Workspace)},
-          {"peak", s.total_peak},
-          {"device", dev.str()},
-          {"host_comm", dev.is_cpu() ? int64_t{0}
-                                     : memory_ledger().stats(Device::cpu()).current_of(MemoryCategory::CommBuffer)}};
-}
-
-json comm_json() {
-  json j = json::object();
-  for (int k = 0; k < dist::kNumCollectiveKinds; ++k)
-    for (int p = 0; p < dist::kNumCommPhases; ++p) {
-      auto st = dist::comm_ledger().stats(static_cast<dist::CollectiveKind>(k), static_cast<dist::CommPhase>(p));
-      if (st.calls == 0) continue;
-      j[std::string(dist::collective_name(static_cast<dist::CollectiveKind>(k))) + "/" +
-        dist::phase_name(static_cast<dist::CommPhase>(p))] = {{"calls", st.calls},
-                                                               {"payload", st.payload_bytes},
-                                                               {"wire", st.wire_bytes}};
-    }
-  return j;
-}
-
 // "step 7: loss nan, non-finite gradients in h.1 (on 1 of 2 ranks), <root> (on 2 of 2 ranks)".
-// Collective (see ZeroPartitioner::nonfinite_grad_units): every rank calls it.
-std::string nonfinite_report(dist::ZeroPartitioner& zero, double loss, int64_t step) {
-  std::string s = detail::str("step ", step + 1, ": loss ", loss, ", ");
-  auto units = zero.nonfinite_grad_units();
-  if (units.empty()) return s + "gradients finite";
+std::string nonfinite_report(const dist::StepResult& r, int64_t step, int world) {
+  std::string s = detail::str("step ", step + 1, ": loss ", r.loss, ", ");
+  if (r.nonfinite.empty()) return s + "gradients finite";
   s += "non-finite gradients in ";
-  for (size_t i = 0; i < units.size(); ++i)
-    s += detail::str(i ? ", " : "", units[i].name, " (on ", units[i].ranks, " of ", zero.comm().size(), " ranks)");
+  for (size_t i = 0; i < r.nonfinite.size(); ++i)
+    s += detail::str(i ? ", " : "", r.nonfinite[i].name, " (on ", r.nonfinite[i].ranks, " of ", world, " ranks)");
   return s;
 }
 
@@ -349,9 +294,8 @@ double mfu(const nn::GPTConfig& c, int64_t num_params, int64_t seq, double token
 // The bound is the least any ZeRO stage needs on one rank: 16 bytes per parameter (value,
 // gradient, two Adam moments) over N ranks, plus one micro-batch's logits and their gradient.
 void check_model_fits_in_memory(const nn::GPTConfig& c, const Args& a, int world, Device dev) {
-  const double C = static_cast<double>(c.n_embd), L = static_cast<double>(c.n_layer);
   const double V = static_cast<double>(c.padded_vocab());
-  const double params = V * C + static_cast<double>(c.block_size) * C + L * (12 * C * C + 13 * C) + 2 * C;
+  const double params = c.num_parameters();
   const double logits = static_cast<double>(std::max<int64_t>(1, a.batch / world)) * static_cast<double>(a.seq) * V * 8;
   const double need = 16 * params / world + logits;
   const double have = dev.is_cuda() ? gpu_info(dev).total_bytes
@@ -422,7 +366,7 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     if (!std::filesystem::exists(a.resume)) throw UsageError("--resume: no checkpoint at '" + a.resume + "'");
     try {
       resumed = dist::read_sharded_train_state(a.resume);
-      cfg = config_from_json(json::parse(resumed->metadata.at("config")));
+      cfg = io::gpt_config_from_json(resumed->metadata.at("config"), "the checkpoint's model config");
       // The run's seed fixes init, data order and dropout: a resumed run keeps its own.
       a.seed = std::stoull(resumed->metadata.at("seed"));
     } catch (const std::exception& e) {
@@ -600,7 +544,7 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   metrics.write({{"type", "config"},
                  {"params", model->num_parameters()},
                  {"params_padded", zero.num_padded()},
-                 {"model", config_json(cfg)},
+                 {"model", json::parse(io::gpt_config_to_json(cfg))},
                  {"data", data_path},
                  {"world_size", comm.size()},
                  {"rank", comm.rank()},
@@ -623,11 +567,20 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     io::TrainState st;
     st.step = step;
     st.data_position = ds->position();
-    st.metadata["config"] = config_json(cfg).dump();
+    st.metadata["config"] = io::gpt_config_to_json(cfg);
     st.metadata["data_fingerprint"] = fingerprint;
     st.metadata["seed"] = std::to_string(a.seed);
     dist::save_sharded(a.save, zero, opt, st);
   };
+
+  dist::Trainer trainer(zero, opt,
+                        {.grad_accum = a.grad_accum, .micro_batch = a.batch / comm.size(), .grad_clip = a.grad_clip,
+                         .seed = a.seed});
+  auto batch_rows = [&](int64_t step, int64_t first, int64_t count) {
+    data::Batch b = ds->step_rows(step, first, count);
+    return dist::Trainer::Batch{b.inputs.to(dev), b.targets.to(dev)};
+  };
+  auto gpt_loss = [&](const Tensor& x, const Tensor& y) { return model->loss(x, y); };
 
   // ---- training (errors here are failures: exit 1) ----
   Progress progress(a.steps, a.log_every, !lead);
@@ -640,35 +593,17 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     auto t0 = std::chrono::steady_clock::now();
     memory_ledger().reset_peaks(dev);
     dist::comm_ledger().reset();
-    // [Note: micro-batch schedule]: the step's batch x grad_accum sequences are M = N x A
-    // micro-batches of batch / N rows; this rank computes the ones the partitioner names, with
-    // dropout keyed by their place in the step. Same flags with batch / N fixed give the same
-    // bits at any N (docs/exactness.md).
-    const int64_t rows = a.batch / comm.size();
-    std::vector<double> micro_losses(static_cast<size_t>(a.grad_accum * comm.size()), 0.0);
-    for (int64_t micro = 0; micro < a.grad_accum; ++micro) {
-      const int64_t m = zero.micro_batch_index(micro);
-      data::Batch b = ds->step_rows(step, m * rows, rows);
-      nn::BatchPosition pos(step, m * rows, a.seed);
-      zero.set_grad_sync(micro == a.grad_accum - 1);
-      Tensor loss = model->loss(b.inputs.to(dev), b.targets.to(dev));
-      micro_losses[static_cast<size_t>(m)] = loss.item();
-      (a.grad_accum > 1 ? mul(loss, 1.0 / static_cast<double>(a.grad_accum)) : loss).backward();
-    }
-    ds->set_position(step + 1);
-    double scale = zero.clip_grad_norm(a.grad_clip);
-    // One nonzero per entry: the sums are exact, then added in micro-batch order.
-    double loss = 0;
-    for (double l : comm.all_reduce_sums(std::move(micro_losses))) loss += l;
-    loss /= static_cast<double>(a.grad_accum * comm.size());
+    // The library step ([Note: micro-batch schedule], dist/trainer.h): the same flags with
+    // --batch / N fixed give the same bits at any N (docs/exactness.md).
     opt.set_lr(sched.lr(step));
-    // Every rank sees the same reduced norm and loss, so all take the same branch.
-    const bool healthy = std::isfinite(loss) && std::isfinite(zero.last_grad_norm());
+    const dist::StepResult r = trainer.step(step, batch_rows, gpt_loss);
+    ds->set_position(step + 1);
+    const double loss = r.loss;
+    const bool healthy = r.applied;
     if (healthy) {
-      opt.step(scale);
       nan_streak = 0;
     } else {
-      std::string what = nonfinite_report(zero, loss, step);
+      std::string what = nonfinite_report(r, step, comm.size());
       if (a.on_nan == "stop")
         throw examples::CollectiveStop(what + "; stopping (--on-nan stop; checkpoints already written are intact)");
       if (++nan_streak >= a.nan_skip_limit)
@@ -676,7 +611,6 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
                                                    a.nan_skip_limit, "); stopping"));
       progress.message(what + "; step skipped (--on-nan skip)");
     }
-    zero.zero_grad();
     sync_device(dev);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     double tok_s = static_cast<double>(a.batch * a.seq * a.grad_accum) / (ms / 1000.0);
@@ -686,11 +620,11 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
                  {"loss", loss},
                  {"skipped", !healthy},
                  {"lr", opt.lr()},
-                 {"grad_norm", zero.last_grad_norm()},
+                 {"grad_norm", r.grad_norm},
                  {"tokens_per_s", tok_s},
                  {"ms", ms},
-                 {"mem", memory_json(dev)},
-                 {"comm", comm_json()}};
+                 {"mem", dist::memory_snapshot(dev)},
+                 {"comm", dist::comm_snapshot()}};
     if (step_mfu >= 0) line["mfu"] = step_mfu;
     metrics.write(line);
     bool last = step + 1 == a.steps || step + 1 == a.stop_after;

@@ -22,7 +22,7 @@
 //   of N; the padding is printed), on every rank. The four stages' losses must be identical
 //   (exact reduction sums every gradient in one fixed order whatever the stage; --loss-tol
 //   relaxes it).
-// - Memory is per rank, from the ledger (DESIGN.md mechanism 2): "param" = full + shard
+// - Memory is per rank, from the ledger (docs/design.md, mechanism 2): "param" = full + shard
 //   parameters, "grad" = full + shard gradients, "optim" = Adam moments (and the f32 master
 //   weights of a bf16 run), "activation" = everything allocated in forward/backward (saved
 //   tensors and temporaries), "comm" = reduce-scatter output buffers.
@@ -48,12 +48,12 @@
 
 #include "data/default_corpus.h"
 #include "data/token_dataset.h"
+#include "dist/closed_forms.h"
 #include "dist/communicator.h"
+#include "dist/trainer.h"
 #include "dist/zero.h"
 #include "dist/zero_optimizer.h"
-#include "kernels/cpu/square_sum.h"
 #include "examples/program_main.h"
-#include "nn/batch_position.h"
 #include "nn/gpt.h"
 
 using namespace zdl;
@@ -141,16 +141,14 @@ struct StageRun {
 
 // ---- the paper's closed forms ----
 
-// Bytes per element: s for parameters and gradients (compute dtype), k for optimizer states
-// (f32 Adam m and v = 8; with bf16 compute also the f32 master = 12, the paper's K).
-struct ElementBytes {
-  int64_t s, k;
-};
-ElementBytes element_bytes(DType d) { return d == DType::BF16 ? ElementBytes{2, 12} : ElementBytes{4, 8}; }
+// Bytes per element: s for parameters and gradients, k for optimizer states (dist/closed_forms.h).
+using dist::ElementBytes;
+ElementBytes element_bytes(DType d) { return ElementBytes::of(d); }
 
 bool sharded(ZeroStage st, Cat c) {
-  int s = static_cast<int>(st);
-  return (c == kOptim && s >= 1) || (c == kGrad && s >= 2) || (c == kParam && s >= 3);
+  const dist::StagePolicy pol = dist::StagePolicy::of(st);
+  return (c == kOptim && pol.shard_optimizer) || (c == kGrad && pol.shard_gradients) ||
+         (c == kParam && pol.shard_parameters);
 }
 
 // Model-state bytes per rank after a step for n elements (P or Psi): the paper's formulas.
@@ -204,40 +202,10 @@ int64_t peak_closed_form(const StageRun& r, Cat c, int N, ElementBytes e) {
 }
 
 // The collectives one step issues, per (kind, phase), and their closed forms at the padded
-// size P: `calls` = one per unit, payload = s * P, wire = payload * (N-1)/N (x 2 for the
-// all-reduce). Plus the all-reduce of the gradient norm's exact square (stages 1-3, N > 1): its
-// fixed-point words, 8 bytes each ([Note: exact gradient norm]).
-struct ExpectedTraffic {
-  CollectiveKind kind;
-  CommPhase phase;
-  int64_t calls, payload, wire;
-  std::string formula;  // of the wire bytes
-};
-
+// size P (dist/closed_forms.h).
+using dist::ExpectedTraffic;
 std::vector<ExpectedTraffic> expected_traffic(ZeroStage st, int64_t P, int64_t units, int N, ElementBytes e) {
-  const int64_t pay = e.s * P, one = pay * (N - 1) / N;
-  std::vector<ExpectedTraffic> w;
-  switch (st) {
-    case ZeroStage::DDP:
-      w.push_back({CollectiveKind::AllReduce, CommPhase::GradReduce, units, pay, 2 * one, "2 s Psi (N-1)/N"});
-      break;
-    case ZeroStage::One:
-    case ZeroStage::Two:
-      w.push_back({CollectiveKind::ReduceScatter, CommPhase::GradReduce, units, pay, one, "s Psi (N-1)/N"});
-      w.push_back({CollectiveKind::AllGather, CommPhase::PostStepGather, units, pay, one, "s Psi (N-1)/N"});
-      break;
-    case ZeroStage::Three:
-      w.push_back({CollectiveKind::AllGather, CommPhase::ForwardGather, units, pay, one, "s Psi (N-1)/N"});
-      w.push_back({CollectiveKind::AllGather, CommPhase::BackwardGather, units, pay, one, "s Psi (N-1)/N"});
-      w.push_back({CollectiveKind::ReduceScatter, CommPhase::GradReduce, units, pay, one, "s Psi (N-1)/N"});
-      break;
-  }
-  if (st != ZeroStage::DDP && N > 1) {
-    const int64_t norm = 8 * kernels::cpu::ExactSquareSum::kSerializedSize;
-    w.push_back({CollectiveKind::AllReduce, CommPhase::Other, 1, norm,
-                 dist::ring_wire_bytes(CollectiveKind::AllReduce, norm, N), "grad-norm words"});
-  }
-  return w;
+  return dist::traffic_closed_form(st, P, units, N, e);
 }
 
 // ---- formatting ----
@@ -257,16 +225,6 @@ std::string mib(double bytes) {
   return b;
 }
 
-const char* stage_title(ZeroStage st) {
-  switch (st) {
-    case ZeroStage::DDP: return "DDP";
-    case ZeroStage::One: return "ZeRO-1";
-    case ZeroStage::Two: return "ZeRO-2";
-    case ZeroStage::Three: return "ZeRO-3";
-  }
-  return "?";
-}
-
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -274,19 +232,12 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// GPT-2's parameter count (tied LM head): V C + T C + 2 C + L (12 C^2 + 13 C). Known before
-// anything is allocated, so an out-of-memory probe can still say which model it was.
-int64_t gpt_params(const nn::GPTConfig& c) {
-  const int64_t C = c.n_embd;
-  return c.padded_vocab() * C + c.block_size * C + 2 * C + c.n_layer * (12 * C * C + 13 * C);
-}
-
 // ---- one training run ----
 
 class Walkthrough {
  public:
   Walkthrough(const Args& a, dist::Communicator& comm, DType dtype, std::string data_path)
-      : a_(a), comm_(comm), dtype_(dtype), data_path_(std::move(data_path)), e_(element_bytes(dtype)) {}
+      : a_(a), comm_(comm), dtype_(dtype), data_path_(std::move(data_path)) {}
 
   nn::GPTConfig config(int64_t n_layer) const {
     return nn::GPTConfig{.vocab_size = 256, .block_size = a_.seq, .n_layer = n_layer, .n_head = a_.n_head,
@@ -333,6 +284,8 @@ class Walkthrough {
     dist::ZeroAdamW opt(zero, {.lr = a_.lr, .beta1 = 0.9, .beta2 = 0.95}, /*weight_decay=*/0.1);
     data::TokenDataset ds(data_path_, {.batch_size = a_.batch, .seq_len = a_.seq, .val_fraction = 0.0, .seed = a_.seed,
                                        .rank = comm_.rank(), .world_size = comm_.size()});
+    dist::Trainer trainer = make_trainer(zero, opt);
+    auto rows = step_rows(ds);
     model->train();
     for (int64_t step = 0; step < a_.steps; ++step) {
       const bool traced = step + 1 == a_.steps;
@@ -344,28 +297,22 @@ class Walkthrough {
                            event, unit, minus(by_cat(s.current), base), s.total_current - before.total_current});
       };
       {
-        // This rank's rows of the step (the partitioner's micro-batch schedule), dropout keyed
-        // by their place in it ([Note: dropout position]).
-        const int64_t rows = a_.batch / comm_.size(), first = zero.micro_batch_index(0) * rows;
-        data::Batch b = ds.step_rows(step, first, rows);
-        nn::BatchPosition pos(step, first, a_.seed);
         memory_ledger().reset_peaks(cpu);
         dist::comm_ledger().reset();
         t0 = std::chrono::steady_clock::now();
         if (traced) {
-          zero.set_trace([&](const dist::TraceEvent& ev) { sample(dist::trace_kind_name(ev.kind), ev.unit); });
+          zero.set_trace([&](const dist::TraceEvent& ev) {
+            if (ev.kind == dist::TraceKind::StepBegin) sample("backward_done", "");  // (and the norm)
+            sample(dist::trace_kind_name(ev.kind), ev.unit);
+          });
           mark = sample;
           sample("iteration_begin", "");
         }
-        Tensor loss = model->loss(b.inputs, b.targets);
-        loss_value = loss.item();
-        if (traced) sample("loss_computed", "");
-        loss.backward();
-        loss = Tensor();
-        if (traced) sample("backward_done", "");
-        double scale = zero.clip_grad_norm(a_.grad_clip);
-        opt.step(scale);
-        zero.zero_grad();
+        loss_value = trainer.step(step, rows, [&](const Tensor& x, const Tensor& y) {
+                               Tensor loss = model->loss(x, y);
+                               if (traced) sample("loss_computed", "");
+                               return loss;
+                             }).loss;
         if (traced) sample("zero_grad_done", "");
         r.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         zero.set_trace(nullptr);
@@ -377,7 +324,7 @@ class Walkthrough {
       r.peak = minus(by_cat(s.peak), base);
       r.total_after = s.total_current - before.total_current;
       r.total_peak = s.total_peak - before.total_current;
-      r.losses.push_back(global_mean(zero, loss_value));
+      r.losses.push_back(loss_value);
     }
     // Every rank holds the same shard sizes: check that the ledgers agree byte for byte.
     for (int c = 0; c < kNumCats; ++c) {
@@ -413,23 +360,16 @@ class Walkthrough {
         auto scope = zero.placement_scope(a_.seed);
         model = std::make_shared<nn::GPT>(config(n_layer));
       }
-      p.params = gpt_params(config(n_layer));
+      p.params = static_cast<int64_t>(config(n_layer).num_parameters());
       zero.wrap(*model);
       dist::ZeroAdamW opt(zero, {.lr = a_.lr, .beta1 = 0.9, .beta2 = 0.95}, 0.1);
       data::TokenDataset ds(data_path_, {.batch_size = a_.batch, .seq_len = a_.seq, .val_fraction = 0.0,
                                          .seed = a_.seed, .rank = comm_.rank(), .world_size = comm_.size()});
-      for (int64_t s = 0; s < steps; ++s) {
-        const int64_t rows = a_.batch / comm_.size(), first = zero.micro_batch_index(0) * rows;
-        data::Batch b = ds.step_rows(s, first, rows);
-        nn::BatchPosition pos(s, first, a_.seed);
-        Tensor loss = model->loss(b.inputs, b.targets);
-        double l = global_mean(zero, loss.item());
-        loss.backward();
-        loss = Tensor();
-        opt.step(zero.clip_grad_norm(a_.grad_clip));
-        zero.zero_grad();
-        p.losses.push_back(l);
-      }
+      dist::Trainer trainer = make_trainer(zero, opt);
+      for (int64_t s = 0; s < steps; ++s)
+        p.losses.push_back(trainer.step(s, step_rows(ds), [&](const Tensor& x, const Tensor& y) {
+                                    return model->loss(x, y);
+                                  }).loss);
     } catch (const OutOfMemoryError& e) {
       p.fits = false;
       p.error = e.what();
@@ -442,14 +382,16 @@ class Walkthrough {
     return p;
   }
 
-  // The step's mean loss from this rank's (one micro-batch) loss: every rank's value in its
-  // micro-batch's slot, exact sums, added in micro-batch order (the same double at any N).
-  double global_mean(dist::ZeroPartitioner& zero, double loss) {
-    std::vector<double> slots(static_cast<size_t>(comm_.size()), 0.0);
-    slots[static_cast<size_t>(zero.micro_batch_index(0))] = loss;
-    double sum = 0;
-    for (double l : comm_.all_reduce_sums(std::move(slots))) sum += l;
-    return sum / static_cast<double>(comm_.size());
+  // One micro-batch of batch / N rows per rank and step (no accumulation).
+  dist::Trainer make_trainer(dist::ZeroPartitioner& zero, dist::ZeroAdamW& opt) {
+    return dist::Trainer(zero, opt,
+                         {.micro_batch = a_.batch / comm_.size(), .grad_clip = a_.grad_clip, .seed = a_.seed});
+  }
+  static dist::Trainer::BatchFn step_rows(const data::TokenDataset& ds) {
+    return [&ds](int64_t step, int64_t first, int64_t count) {
+      data::Batch b = ds.step_rows(step, first, count);
+      return dist::Trainer::Batch{b.inputs, b.targets};
+    };
   }
 
  private:
@@ -457,7 +399,6 @@ class Walkthrough {
   dist::Communicator& comm_;
   DType dtype_;
   std::string data_path_;
-  ElementBytes e_;
 };
 
 // ---- CSV ----
@@ -534,15 +475,15 @@ int run(const Args& a, dist::Communicator& comm) {
     auto t = std::chrono::steady_clock::now();
     runs.push_back(w.run_stage(st, a.prefetch));
     if (lead)
-      std::printf("  ran %-6s: %lld steps in %.1f s\n", stage_title(st), static_cast<long long>(a.steps),
+      std::printf("  ran %-6s: %lld steps in %.1f s\n", dist::stage_title(st), static_cast<long long>(a.steps),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
   }
   std::vector<StageRun> extra;  // ZeRO-3 without prefetch: the timeline's comparison
   if (a.compare_prefetch && a.prefetch > 0) extra.push_back(w.run_stage(ZeroStage::Three, 0));
 
   const int64_t psi = runs[0].psi, P = runs[0].padded, units = runs[0].units;
-  if (psi != gpt_params(w.config(a.n_layer)))
-    fail(detail::str("the model has ", psi, " parameters, the GPT-2 count says ", gpt_params(w.config(a.n_layer))));
+  if (psi != static_cast<int64_t>(w.config(a.n_layer).num_parameters()))
+    fail(detail::str("the model has ", psi, " parameters, the GPT-2 count says ", static_cast<int64_t>(w.config(a.n_layer).num_parameters())));
   say(detail::str("\nPsi = ", commas(psi), " parameters in ", units, " units (", units - 1,
                   " blocks + the root: embeddings, final norm); padded to multiples of N: P = ", commas(P), " (+",
                   P - psi, " elements)"));
@@ -571,17 +512,17 @@ int run(const Args& a, dist::Communicator& comm) {
       int64_t want = static_cast<int64_t>(state_bytes(r.stage, cat, static_cast<double>(P), N, eb));
       bool ok = r.after[c] == want;
       if (!ok)
-        fail(detail::str(stage_title(r.stage), " ", kCatNames[c], ": measured ", r.after[c], " bytes after the step, ",
+        fail(detail::str(dist::stage_title(r.stage), " ", kCatNames[c], ": measured ", r.after[c], " bytes after the step, ",
                          "closed form ", want));
       tot_want += want;
       tot_paper += paper;
       const int64_t want_peak = peak_closed_form(r, cat, N, eb);
       const bool peak_ok = want_peak < 0 || r.peak[c] == want_peak;
       if (!peak_ok)
-        fail(detail::str(stage_title(r.stage), " ", kCatNames[c], ": measured peak ", r.peak[c],
+        fail(detail::str(dist::stage_title(r.stage), " ", kCatNames[c], ": measured peak ", r.peak[c],
                          " bytes, schedule's closed form ", want_peak));
       if (lead)
-        std::printf("    %-7s %-10s %14s  %-18s %14s %8s  %-4s %14s %14s %-3s\n", stage_title(r.stage), kCatNames[c],
+        std::printf("    %-7s %-10s %14s  %-18s %14s %8s  %-4s %14s %14s %-3s\n", dist::stage_title(r.stage), kCatNames[c],
                     commas(r.after[c]).c_str(), state_formula(r.stage, cat, eb).c_str(),
                     commas(static_cast<int64_t>(std::llround(paper))).c_str(),
                     commas(want - static_cast<int64_t>(std::llround(paper))).c_str(), ok ? "yes" : "NO",
@@ -600,15 +541,15 @@ int run(const Args& a, dist::Communicator& comm) {
     mem_csv.row(N, dtype_name(dtype), dist::stage_name(r.stage), "total", r.total_after, r.total_peak, tot_want,
                 tot_paper, total_formula(r.stage, eb), -1, psi, P);
     if (r.total_after != tot_want)
-      fail(detail::str(stage_title(r.stage), ": ", r.total_after, " bytes remain after the step, closed form ",
+      fail(detail::str(dist::stage_title(r.stage), ": ", r.total_after, " bytes remain after the step, closed form ",
                        tot_want, " (something besides the model states stayed allocated)"));
-    if (!r.same_on_all_ranks) fail(detail::str(stage_title(r.stage), ": ranks measured different memory"));
+    if (!r.same_on_all_ranks) fail(detail::str(dist::stage_title(r.stage), ": ranks measured different memory"));
   }
   if (lead) {
     const auto& d = runs[0];
     std::printf("    model states vs DDP:");
     for (auto& r : runs)
-      std::printf("  %s %.2fx", stage_title(r.stage),
+      std::printf("  %s %.2fx", dist::stage_title(r.stage),
                   static_cast<double>(d.after[kParam] + d.after[kGrad] + d.after[kOptim]) /
                       static_cast<double>(r.after[kParam] + r.after[kGrad] + r.after[kOptim]));
     std::printf("   (the paper at N=%d: DDP 1x, ZeRO-1 %.2fx, ZeRO-2 %.2fx, ZeRO-3 %.2fx)\n", N,
@@ -637,7 +578,7 @@ int run(const Args& a, dist::Communicator& comm) {
         counted_calls += got.calls;
         bool ok = got.calls == w2.calls && got.payload_bytes == w2.payload && got.wire_bytes == w2.wire;
         if (!ok)
-          fail(detail::str(stage_title(r.stage), " step ", s + 1, " ", dist::collective_name(w2.kind), "/",
+          fail(detail::str(dist::stage_title(r.stage), " step ", s + 1, " ", dist::collective_name(w2.kind), "/",
                            dist::phase_name(w2.phase), ": measured ", got.calls, " calls, ", got.payload_bytes,
                            " B payload, ", got.wire_bytes, " B wire; closed form ", w2.calls, ", ", w2.payload, ", ",
                            w2.wire));
@@ -645,7 +586,7 @@ int run(const Args& a, dist::Communicator& comm) {
           if (w2.phase != CommPhase::Other) model_wire += got.wire_bytes;
           std::string label = detail::str(dist::collective_name(w2.kind), " / ", dist::phase_name(w2.phase));
           if (lead)
-            std::printf("    %-7s %-32s %5lld %14s %14s %14s  %-17s %-3s\n", stage_title(r.stage), label.c_str(),
+            std::printf("    %-7s %-32s %5lld %14s %14s %14s  %-17s %-3s\n", dist::stage_title(r.stage), label.c_str(),
                         static_cast<long long>(got.calls), commas(got.payload_bytes).c_str(),
                         commas(got.wire_bytes).c_str(), commas(w2.wire).c_str(), w2.formula.c_str(), ok ? "yes" : "NO");
           traffic_csv.row(N, dtype_name(dtype), dist::stage_name(r.stage), dist::collective_name(w2.kind),
@@ -653,10 +594,11 @@ int run(const Args& a, dist::Communicator& comm) {
                           w2.payload, w2.wire, w2.formula);
         }
       }
-      for (auto& kind : t)
-        for (auto& ph : kind) all_calls += ph.calls;
+      for (auto& kind : t)  // the step's loss, shared for the report, is no model traffic
+        for (int ph = 0; ph < dist::kNumCommPhases; ++ph)
+          if (static_cast<CommPhase>(ph) != CommPhase::Metrics) all_calls += kind[static_cast<size_t>(ph)].calls;
       if (all_calls != counted_calls)
-        fail(detail::str(stage_title(r.stage), " step ", s + 1, ": ", all_calls - counted_calls,
+        fail(detail::str(dist::stage_title(r.stage), " step ", s + 1, ": ", all_calls - counted_calls,
                          " collectives beyond the closed form"));
     }
     if (lead) {
@@ -688,7 +630,7 @@ int run(const Args& a, dist::Communicator& comm) {
   for (auto& r : all_runs) {
     std::vector<double> ms(r.step_ms.begin() + (a.steps > 1), r.step_ms.end());
     double m = median(ms);
-    std::string name = stage_title(r.stage);
+    std::string name = dist::stage_title(r.stage);
     if (r.stage == ZeroStage::Three) name += detail::str(" (prefetch ", r.prefetch, ")");
     if (lead) {
       std::printf("    %-20s %8.1f ms  %6.2fx DDP  %8.0f tokens/s  losses", name.c_str(), m, m / ddp_ms,
@@ -749,7 +691,7 @@ int run(const Args& a, dist::Communicator& comm) {
       auto check = [&](int64_t layers) {
         if (layers < 1) return Walkthrough::CapProbe{};
         auto p = w.probe(st, layers, cap, 2);
-        if (!p.all_ranks_agree) fail(detail::str(stage_title(st), " L=", layers, ": not every rank ran out of memory"));
+        if (!p.all_ranks_agree) fail(detail::str(dist::stage_title(st), " L=", layers, ": not every rank ran out of memory"));
         fit_csv.row(N, dtype_name(dtype), dist::stage_name(st), cap, layers, p.params, p.peak, p.fits ? 1 : 0,
                     p.fits ? "trained under cap" : "out of memory under cap");
         return p;
@@ -769,7 +711,7 @@ int run(const Args& a, dist::Communicator& comm) {
       if (st == ZeroStage::Three) zero3_L = L;
       if (lead)
         std::printf("    %-7s peak(L=2,3,4) = %s, %s, %s MiB (%s); predicted L* = %lld; measured L* = %lld%s (%s params)\n",
-                    stage_title(st), mib(pk[0]).c_str(), mib(pk[1]).c_str(), mib(pk[2]).c_str(),
+                    dist::stage_title(st), mib(pk[0]).c_str(), mib(pk[1]).c_str(), mib(pk[2]).c_str(),
                     affine ? "affine" : "not affine", static_cast<long long>(predicted), static_cast<long long>(L),
                     L >= a.fit_max_layers ? " (the search's limit)" : "",
                     L >= 1 ? commas(at.params).c_str() : "0");

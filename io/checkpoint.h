@@ -1,5 +1,5 @@
 // Training checkpoints: everything needed to resume a run bit-for-bit, in one directory
-// (DESIGN.md mechanism 7, single-file flavour; the sharded one builds on the same pieces).
+// (docs/design.md, mechanism 7, single-file flavour; the sharded one builds on the same pieces).
 //
 //   <dir>/state.safetensors   model.state_dict() under its own names, optimizer.state()
 //                             under "optim.<name>" (exp_avg, exp_avg_sq, step, ...)

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "autograd/grad_mode.h"
+#include "io/json_fields.h"
 
 namespace zdl::io {
 
@@ -224,6 +225,44 @@ void load_gpt2(nn::GPT& model, const std::string& path) {
       dst.copy_(src);
     }
   }
+}
+
+std::string gpt_config_to_json(const nn::GPTConfig& c) {
+  return nlohmann::ordered_json{{"vocab_size", c.vocab_size}, {"padded_vocab_size", c.padded_vocab_size},
+                                {"block_size", c.block_size}, {"n_layer", c.n_layer},
+                                {"n_head", c.n_head},         {"n_embd", c.n_embd},
+                                {"dropout", c.dropout},       {"bias", c.bias}}
+      .dump();
+}
+
+nn::GPTConfig gpt_config_from_json(const std::string& text, const std::string& what) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  ZDL_CHECK(!j.is_discarded() && j.is_object(), what, ": the GPT config is not a JSON object: ", text.substr(0, 200));
+  nn::GPTConfig c;
+  auto integer = [&](const char* key) {
+    ZDL_CHECK(j.contains(key), what, ": the GPT config lacks \"", key, "\"");
+    return json_integer<int64_t>(j.at(key), what + ": " + key);
+  };
+  c.vocab_size = integer("vocab_size");
+  c.padded_vocab_size = j.contains("padded_vocab_size") ? integer("padded_vocab_size") : 0;
+  c.block_size = integer("block_size");
+  c.n_layer = integer("n_layer");
+  c.n_head = integer("n_head");
+  c.n_embd = integer("n_embd");
+  if (j.contains("dropout")) {
+    ZDL_CHECK(j["dropout"].is_number(), what, ": dropout must be a number, got ", j["dropout"].dump());
+    c.dropout = j["dropout"].get<double>();
+  }
+  if (j.contains("bias")) {
+    ZDL_CHECK(j["bias"].is_boolean(), what, ": bias must be true or false, got ", j["bias"].dump());
+    c.bias = j["bias"].get<bool>();
+  }
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(what + ": " + e.what());
+  }
+  return c;
 }
 
 }  // namespace zdl::io

@@ -72,6 +72,14 @@ void export_gpt2(const nn::GPT& model, const std::string& path, const Metadata& 
 // n_head from metadata or overrides (an error if neither, or if they disagree).
 nn::GPTConfig config_from_gpt2_file(const std::string& path, const GPT2ConfigOverrides& overrides = {});
 
+// The GPT config as JSON text (the form checkpoints keep in metadata["config"]):
+// {"vocab_size", "padded_vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout",
+// "bias"}.
+std::string gpt_config_to_json(const nn::GPTConfig& cfg);
+// Parses that text strictly (integers must be integers in range; padded_vocab_size, dropout and
+// bias may be absent) and validates the config; errors start with `what`.
+nn::GPTConfig gpt_config_from_json(const std::string& text, const std::string& what);
+
 // Copies the file's weights into `model`. Checks every name and shape first and throws one
 // error listing all problems (missing, unexpected, mis-shaped), leaving the model unchanged.
 void load_gpt2(nn::GPT& model, const std::string& path);

@@ -1,5 +1,5 @@
 // Safetensors: the tensor file format of the wider ecosystem (HF hub, PyTorch, JAX loaders),
-// used for zdl checkpoints and GPT-2 exports (DESIGN.md mechanism 7).
+// used for zdl checkpoints and GPT-2 exports (docs/design.md, mechanism 7).
 //
 // Layout: 8-byte little-endian header length N, N bytes of UTF-8 JSON
 //   {"<name>": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...,

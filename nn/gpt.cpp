@@ -16,6 +16,14 @@ void GPTConfig::validate() const {
   ZDL_CHECK(dropout >= 0.0 && dropout < 1.0, "GPT: dropout must be in [0, 1), got ", dropout);
 }
 
+double GPTConfig::num_parameters() const {
+  const double C = static_cast<double>(n_embd), L = static_cast<double>(n_layer);
+  // A block: 12 C^2 weights (qkv 3, proj 1, fc 4, fc-proj 4), biases 3C + C + 4C + C, and two
+  // LayerNorms (weight, and bias when `bias`).
+  const double block = 12 * C * C + (bias ? 9 * C + 4 * C : 2 * C);
+  return static_cast<double>(padded_vocab()) * C + static_cast<double>(block_size) * C + L * block + (bias ? 2 : 1) * C;
+}
+
 GPT::GPT(const GPTConfig& cfg) : Module("GPT"), config(cfg) {
   cfg.validate();
   wte = register_module("wte", std::make_shared<Embedding>(EmbeddingOptions{cfg.padded_vocab(), cfg.n_embd, 0.02}));

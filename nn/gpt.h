@@ -25,6 +25,9 @@ struct GPTConfig {
   bool bias = true;
 
   int64_t padded_vocab() const { return padded_vocab_size > 0 ? padded_vocab_size : vocab_size; }
+  // The model's parameter count, without building it (in double: checked before any
+  // allocation, for configs far too large to build): wte (padded) + wpe + L blocks + ln_f.
+  double num_parameters() const;
   // Throws with a message naming the bad field.
   void validate() const;
 };

@@ -1,4 +1,4 @@
-// Where a registered parameter's bytes come from (DESIGN.md mechanism 3).
+// Where a registered parameter's bytes come from (docs/design.md, mechanism 3).
 //
 // `Module::register_parameter` does not allocate: it hands a ParameterSpec to the factory on
 // top of this thread's factory stack. The default factory allocates the full tensor (category
@@ -79,7 +79,6 @@ class InitContext {
     DType dtype = DType::F32;
   };
   State prev_;
-  friend struct InitContextAccess;
 };
 
 }  // namespace zdl::nn

@@ -1,5 +1,6 @@
 #include "optim/optimizer.h"
 
+#include <cmath>
 #include <map>
 
 #include "autograd/grad_mode.h"
@@ -81,9 +82,15 @@ void Optimizer::load_state(const NamedTensors& state) {
   }
 }
 
+void AdamWOptions::validate(const std::string& who) const {
+  ZDL_CHECK(std::isfinite(lr) && lr >= 0, who, ": lr must be a finite number >= 0, got ", lr);
+  ZDL_CHECK(beta1 >= 0 && beta1 < 1, who, ": beta1 must be in [0, 1), got ", beta1);
+  ZDL_CHECK(beta2 >= 0 && beta2 < 1, who, ": beta2 must be in [0, 1), got ", beta2);
+  ZDL_CHECK(std::isfinite(eps) && eps > 0, who, ": eps must be a finite number > 0, got ", eps);
+}
+
 AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o) : Optimizer(std::move(groups)), options(o) {
-  ZDL_CHECK(o.lr >= 0 && o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1 && o.eps > 0,
-            "AdamW: bad hyperparameters lr=", o.lr, " beta1=", o.beta1, " beta2=", o.beta2, " eps=", o.eps);
+  o.validate("AdamW");
   lr_ = o.lr;
   add_state_kind("exp_avg");
   add_state_kind("exp_avg_sq");

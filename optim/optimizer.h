@@ -2,7 +2,7 @@
 // kind (AdamW: exp_avg, exp_avg_sq; SGD: momentum). Flat buffers are what the ZeRO sharded
 // optimizer (dist/) slices by rank; here each parameter owns a contiguous range of them.
 //
-//   optim::AdamW opt(optim::gpt_param_groups(*model, /*weight_decay=*/0.1), {.lr = 3e-4});
+//   optim::AdamW opt(optim::decay_groups(*model, /*weight_decay=*/0.1), {.lr = 3e-4});
 //   loss.backward(); opt.step(); opt.zero_grad();
 #pragma once
 #include <string>
@@ -62,8 +62,10 @@ class Optimizer {
 struct AdamWOptions {
   double lr = 1e-3;
   double beta1 = 0.9;
-  double beta2 = 0.95;
+  double beta2 = 0.95;  // GPT-2 training's choice; PyTorch's default is 0.999
   double eps = 1e-8;
+  // Throws naming the first bad field and its value; `who` starts the message.
+  void validate(const std::string& who) const;
 };
 
 // AdamW with decoupled weight decay taken per group (ParamGroup::weight_decay).

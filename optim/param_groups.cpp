@@ -4,7 +4,7 @@ namespace zdl::optim {
 
 std::vector<ParamGroup> decay_groups(const nn::Module& model, double weight_decay) {
   ParamGroup decay{"decay", {}, weight_decay}, no_decay{"no_decay", {}, 0.0};
-  for (auto& [name, p] : model.named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
+  for (auto& [name, p] : model.named_parameters()) (decays(p) ? decay : no_decay).params.push_back(p);
   std::vector<ParamGroup> out;
   if (!decay.params.empty()) out.push_back(decay);
   if (!no_decay.params.empty()) out.push_back(no_decay);

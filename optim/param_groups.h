@@ -6,6 +6,10 @@
 
 namespace zdl::optim {
 
+// Whether weight decay applies to a parameter: matrices (linear and embedding weights) yes;
+// vectors (biases, LayerNorm) no. ZeroAdamW uses the same rule.
+inline bool decays(const Tensor& p) { return p.dim() >= 2; }
+
 std::vector<ParamGroup> decay_groups(const nn::Module& model, double weight_decay);
 
 }  // namespace zdl::optim

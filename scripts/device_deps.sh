@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Packs what the lent GPU machine's image lacks for the zerodl CUDA build and tests into ONE
-# archive, .device/zdl-deps.tar.xz (git-ignored), for bench/gpu_check.sh to unpack there.
-# Run here (Debian 12, after scripts/setup.sh); carry `.device` to the GPU machine.
+# Packs what a GPU host without development packages lacks for the zerodl CUDA build and
+# tests into ONE archive, .device/zdl-deps.tar.xz (git-ignored), for bench/gpu_check.sh to
+# unpack there. Run on a development machine (Debian 12, after scripts/setup.sh); copy
+# `.device` next to the sources on the GPU host.
 #
 # The GPU image has nvcc, CMake, ninja, g++ and PyTorch's pip NVIDIA packages (NCCL, cuDNN,
 # cuBLAS) but no Debian -dev packages and no network. The archive holds one relocatable

@@ -7,7 +7,7 @@
 // f32 backward and hands bf16 gradients to the bf16 inputs. Correct, not fast: each call
 // allocates f32 copies, and the op's node saves those copies rather than the bf16 inputs. So a
 // bf16 parameter's f32 copy stays alive until backward (instead of backward reading the
-// re-gathered parameter's storage, DESIGN.md mechanism 1): same values, more activation memory.
+// re-gathered parameter's storage, docs/design.md, mechanism 1): same values, more activation memory.
 // Only the CPU takes this detour; CUDA ops with bf16 kernels see bf16 directly.
 //
 //   Tensor gelu(const Tensor& x) {

@@ -36,7 +36,7 @@ namespace {
 // `batch` matrices of [rows, cols] as the gemm kernels read them: matrix i starts at element
 // i * batch_stride of t's view and is row-major with leading dimension ld, or, when trans,
 // stored as its row-major transpose. Holds the tensor (not a pointer): the bytes are read
-// from its Storage when the kernel runs (DESIGN.md mechanism 1).
+// from its Storage when the kernel runs (docs/design.md, mechanism 1).
 struct Mats {
   Tensor t;
   int64_t batch = 1, rows = 0, cols = 0;

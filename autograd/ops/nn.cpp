@@ -10,7 +10,7 @@
 //   a cycle out -> node -> out), cross_entropy keeps per-row max and logsumexp instead of the
 //   [N, V] probabilities, dropout keeps nothing and regenerates its Philox mask.
 // - Parameters (layer_norm weight, embedding weight) are saved as detached handles on the
-//   same Storage, so a ZeRO-3 re-gathered parameter is what backward reads (DESIGN.md 1).
+//   same Storage, so a ZeRO-3 re-gathered parameter is what backward reads (docs/design.md, mechanism 1).
 // - CUDA tensors (build with ZDL_CUDA) go to the twins in kernels/cuda/ after the same argument
 //   checks: f32 and bf16 natively (bf16 loaded to f32 inside the kernels, no f32 copies),
 //   statistics (layer_norm mean/rstd, cross_entropy max/lse) saved in f32, the cross_entropy

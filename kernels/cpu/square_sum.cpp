@@ -67,7 +67,7 @@ void add_range(ExactSquareSum& total, int64_t n, const T* x, Bits bits_of) {
   // One bucket set per thread of parallel_for's team (or one when it runs on this thread).
   const int level = omp_get_level();
   std::vector<Buckets> parts(static_cast<size_t>(std::max(1, omp_get_max_threads())));
-  parallel_for(chunks, kChunk, [&](int64_t c0, int64_t c1) {
+  parallel_for(chunks, (n + chunks - 1) / chunks, [&](int64_t c0, int64_t c1) {  // threads only for large n
     Buckets& bk = parts[static_cast<size_t>(omp_get_level() > level ? omp_get_thread_num() : 0)];
     for (int64_t i = c0 * kChunk, end = std::min(n, c1 * kChunk); i < end; ++i) bk.add_bits(bits_of(x[i]));
   });

@@ -330,10 +330,11 @@ void train_steps(Trainer& t, int steps, Device dev) {
 }
 
 // Every unit's master and moments, on the host (N = 1: the whole unit).
-std::vector<std::vector<double>> states_of(dist::ZeroPartitioner& z) {
+std::vector<std::vector<double>> states_of(dist::ZeroPartitioner& z, const dist::ZeroAdamW& opt) {
   std::vector<std::vector<double>> out;
-  for (auto& u : z.units())
-    for (const Tensor* t : {&u->master, &u->exp_avg, &u->exp_avg_sq}) out.push_back(t->to_vector());
+  for (size_t i = 0; i < z.units().size(); ++i)
+    for (const Tensor* t : std::initializer_list<const Tensor*>{&z.units()[i]->master, &opt.exp_avg(i), &opt.exp_avg_sq(i)})
+      out.push_back(t->to_vector());
   return out;
 }
 
@@ -346,14 +347,14 @@ TEST(CudaZero, ShardedCheckpointsRoundTripThroughTheHost) {
   Trainer saved = make_trainer(gpu_comm, ZeroStage::Three, Device::cuda());
   train_steps(saved, 2, Device::cuda());
   dist::save_sharded(dir / "ck", *saved.zero, *saved.opt, io::TrainState{.step = 2});
-  const auto want = states_of(*saved.zero);
+  const auto want = states_of(*saved.zero, *saved.opt);
   // Loaded on the GPU under another stage, and on the CPU: the same bits.
   for (Device d : {Device::cuda(), Device::cpu()}) {
     Trainer loaded = make_trainer(local_comm(d), ZeroStage::One, d, /*seed=*/99);
     io::TrainState st = dist::load_sharded(dir / "ck", *loaded.zero, *loaded.opt);
     EXPECT_EQ(st.step, 2);
     EXPECT_EQ(loaded.opt->step_count(), 2);
-    EXPECT_TRUE(states_of(*loaded.zero) == want) << "states loaded on " << d.str() << " differ from the saved ones";
+    EXPECT_TRUE(states_of(*loaded.zero, *loaded.opt) == want) << "states loaded on " << d.str() << " differ from the saved ones";
     // The compute parameters were refreshed from the loaded masters.
     dist::GatheredParameters g(*saved.zero);
     EXPECT_EQ(loaded.model->h[1]->attn->c_attn->weight.to_vector(), saved.model->h[1]->attn->c_attn->weight.to_vector());

@@ -2,7 +2,7 @@
 // test_dist_mpi at N = 2, 4). Every rank runs the same collectives, so assertions around
 // them are EXPECTs; files are manipulated by rank 0 between barriers.
 //
-// The trajectory contract (DESIGN.md mechanism 6): k steps under ZeRO-3, save, load into a
+// The trajectory contract (docs/design.md, mechanism 6): k steps under ZeRO-3, save, load into a
 // fresh run of any stage (or, across binaries, any world size), and the following steps'
 // losses equal those of an uninterrupted run (bit-for-bit under the same stage and N;
 // within reduction-order rounding otherwise).
@@ -108,10 +108,8 @@ struct ZeroRun {
   }
   // Step s of the harness's sequences; the global mean loss.
   double step(int s) {
-    double global = zero_forward_backward(*zero, *model, c, s);
-    opt->step(zero->clip_grad_norm(c.clip));
-    zero->zero_grad();
-    return global;
+    Trainer trainer = make_trainer(*zero, *opt, c);
+    return trainer.step(s, harness_rows(c, model->config.vocab_size), gpt_loss(*model)).loss;
   }
   std::vector<double> steps(int from, int to) {
     std::vector<double> out;

@@ -10,6 +10,7 @@
 
 #include "core/rng.h"
 #include "dist/zero.h"
+#include "dist/trainer.h"
 #include "dist/zero_optimizer.h"
 #include "nn/batch_position.h"
 #include "nn/gpt.h"
@@ -160,27 +161,20 @@ struct Probe {
   std::function<void(ZeroPartitioner&, int step)> after_step;
 };
 
-// Forward and backward of step s on this rank's micro-batches (ZeroPartitioner's schedule);
-// returns the global mean loss, the micro-batch losses summed in micro-batch order (the same
-// double on every rank, and for every decomposition of the step).
-inline double zero_forward_backward(ZeroPartitioner& zero, nn::GPT& model, const RunConfig& c, int s) {
-  Communicator& comm = zero.comm();
-  const int N = comm.size();
-  const int64_t b = c.batch / N, M = static_cast<int64_t>(c.grad_accum) * N;
-  std::vector<double> losses(static_cast<size_t>(M), 0.0);
-  for (int a = 0; a < c.grad_accum; ++a) {
-    const int64_t m = zero.micro_batch_index(a);
-    auto [x, y] = step_rows(c, model.config.vocab_size, s, m * b, b);
-    nn::BatchPosition pos(s, m * b, kDropoutSeed);
-    zero.set_grad_sync(a == c.grad_accum - 1);
-    Tensor loss = model.loss(x.to(c.device), y.to(c.device));
-    losses[static_cast<size_t>(m)] = loss.item();
-    mul(loss, 1.0 / c.grad_accum).backward();
-  }
-  losses = comm.all_reduce_sums(std::move(losses));  // one nonzero per entry: exact
-  double sum = 0;
-  for (double l : losses) sum += l;
-  return sum / static_cast<double>(M);
+// The library training step over the harness's sequences and model.
+inline Trainer make_trainer(ZeroPartitioner& zero, ZeroAdamW& opt, const RunConfig& c) {
+  return Trainer(zero, opt,
+                 {.grad_accum = c.grad_accum, .micro_batch = c.batch / zero.comm().size(), .grad_clip = c.clip,
+                  .seed = kDropoutSeed});
+}
+inline Trainer::BatchFn harness_rows(const RunConfig& c, int64_t vocab) {
+  return [c, vocab](int64_t s, int64_t first, int64_t count) {
+    auto [x, y] = step_rows(c, vocab, static_cast<int>(s), first, count);
+    return Trainer::Batch{x.to(c.device), y.to(c.device)};
+  };
+}
+inline Trainer::LossFn gpt_loss(nn::GPT& model) {
+  return [&model](const Tensor& x, const Tensor& y) { return model.loss(x, y); };
 }
 
 inline RunResult run_zero(Communicator& comm, const RunConfig& c, const Probe& probe = {}) {
@@ -210,13 +204,11 @@ inline RunResult run_zero(Communicator& comm, const RunConfig& c, const Probe& p
           return bad.to(g.device());
         });
   }
+  Trainer trainer = make_trainer(zero, opt, c);
   for (int s = 0; s < c.steps; ++s, ++step) {
-    r.losses.push_back(zero_forward_backward(zero, *model, c, s));
-    double scale = zero.clip_grad_norm(c.clip);
-    r.nonfinite.push_back(std::isfinite(zero.last_grad_norm()) ? std::vector<ZeroPartitioner::NonFiniteUnit>{}
-                                                                : zero.nonfinite_grad_units());
-    if (r.nonfinite.back().empty()) opt.step(scale);
-    zero.zero_grad();
+    StepResult res = trainer.step(s, harness_rows(c, model->config.vocab_size), gpt_loss(*model));
+    r.losses.push_back(res.loss);
+    r.nonfinite.push_back(res.nonfinite);
     if (probe.after_step) probe.after_step(zero, s);
   }
   {

@@ -123,3 +123,74 @@ TEST(ZeroLocal, NonFiniteGradientsAreNamedAndTheStepSkipped) {
 }
 
 }  // namespace zdl::dist::testing
+
+namespace zdl::dist::testing {
+
+// [Note: unit lifecycle]: an optimizer step (or a norm) on gradients still accumulating, because
+// the last micro-batch ran without set_grad_sync(true), is an error naming the unit, not a
+// silent step on partial sums.
+TEST(ZeroLocal, StepOnGradientsStillAccumulatingIsAClearError) {
+  for (ZeroStage stage : kAllStages) {
+    std::shared_ptr<Communicator> shared(&local(), [](Communicator*) {});
+    ZeroPartitioner zero(shared, {.stage = stage});
+    std::shared_ptr<nn::GPT> model;
+    {
+      auto scope = zero.placement_scope(1);
+      model = std::make_shared<nn::GPT>(tiny_gpt());
+    }
+    zero.wrap(*model);
+    ZeroAdamW opt(zero, adam_opts(), 0.1);
+    RunConfig c;
+    auto [x, y] = global_batch(c, model->config.vocab_size, 0, 0);
+    zero.set_grad_sync(false);
+    model->loss(x, y).backward();
+    for (auto call : {std::function<void()>([&] { zero.clip_grad_norm(1.0); }), std::function<void()>([&] { opt.step(); })}) {
+      try {
+        call();
+        ADD_FAILURE() << stage_name(stage) << ": no error";
+      } catch (const Error& e) {
+        std::string m = e.what();
+        EXPECT_NE(m.find("accumulating"), std::string::npos) << m;
+        EXPECT_NE(m.find("set_grad_sync(true)"), std::string::npos) << m;
+        EXPECT_NE(m.find("unit h.0"), std::string::npos) << m;
+      }
+    }
+    zero.zero_grad();  // and the manager is usable again
+    model->loss(x, y).backward();
+    opt.step(zero.clip_grad_norm(1.0));
+  }
+}
+
+}  // namespace zdl::dist::testing
+
+namespace zdl::dist::testing {
+
+// The shared closed forms (dist/closed_forms.h) are the paper's, written out here by hand for
+// P = 1000 elements on N = 4 ranks: 16P per rank for DDP, 4P + 4P + 8P/N for ZeRO-1, ...
+TEST(ZeroLocal, ClosedFormsAreThePapers) {
+  using M = MemoryCategory;
+  const ElementBytes f32 = ElementBytes::of(DType::F32), bf16 = ElementBytes::of(DType::BF16);
+  using Bytes = std::map<M, int64_t>;
+  EXPECT_EQ(state_bytes_closed_form(ZeroStage::DDP, 1000, 4, f32),
+            (Bytes{{M::Parameter, 4000}, {M::Gradient, 4000}, {M::OptimizerState, 8000}}));
+  EXPECT_EQ(state_bytes_closed_form(ZeroStage::One, 1000, 4, f32),
+            (Bytes{{M::Parameter, 4000}, {M::Gradient, 4000}, {M::OptimizerState, 2000}}));
+  EXPECT_EQ(state_bytes_closed_form(ZeroStage::Two, 1000, 4, f32),
+            (Bytes{{M::Parameter, 4000}, {M::GradientShard, 1000}, {M::OptimizerState, 2000}}));
+  EXPECT_EQ(state_bytes_closed_form(ZeroStage::Three, 1000, 4, f32),
+            (Bytes{{M::ParameterShard, 1000}, {M::GradientShard, 1000}, {M::OptimizerState, 2000}}));
+  EXPECT_EQ(state_bytes_closed_form(ZeroStage::Three, 1000, 4, bf16),  // K = 12: f32 master + m + v
+            (Bytes{{M::ParameterShard, 500}, {M::GradientShard, 500}, {M::OptimizerState, 3000}}));
+  auto wire = [&](ZeroStage st) {
+    int64_t model = 0;
+    for (const ExpectedTraffic& t : traffic_closed_form(st, 1000, 3, 4, f32))
+      if (t.phase != CommPhase::Other) model += t.wire;
+    return model;
+  };
+  EXPECT_EQ(wire(ZeroStage::DDP), 6000);    // 2 x 4000 x 3/4: one all-reduce
+  EXPECT_EQ(wire(ZeroStage::One), 6000);    // reduce-scatter + all-gather: 2 Psi
+  EXPECT_EQ(wire(ZeroStage::Two), 6000);
+  EXPECT_EQ(wire(ZeroStage::Three), 9000);  // two all-gathers + reduce-scatter: 3 Psi
+}
+
+}  // namespace zdl::dist::testing

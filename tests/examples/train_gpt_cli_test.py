@@ -1,7 +1,7 @@
 """train_gpt end to end: exact resume, eval-only, metrics, learning, and bad input (exit 2).
 
 Run by ctest: python3 train_gpt_cli_test.py PATH/TO/train_gpt
-Uses a small generated text file in a temporary directory (never ../shared).
+Uses a small generated text file in a temporary directory.
 """
 import json
 import os

@@ -10,7 +10,7 @@ The faults need no hooks in the product: signals from the test, RLIMIT_FSIZE for
 die (SIGXFSZ) or fail (EFBIG, the signal ignored, as on a full disk).
 
 Run by ctest: python3 train_gpt_faults_test.py PATH/TO/train_gpt
-Uses a small generated text file in a temporary directory (never ../shared).
+Uses a small generated text file in a temporary directory.
 """
 import json
 import os

@@ -72,6 +72,11 @@ TEST(GPT, ShapesTiedHeadAndParameterCount) {
   const int64_t C = 6, L = 2, V = 7, T = 6;
   int64_t per_block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
   EXPECT_EQ(model->num_parameters(), V * C + T * C + L * per_block + 2 * C);
+  EXPECT_EQ(cfg.num_parameters(), static_cast<double>(model->num_parameters()));  // the count without a model
+  GPTConfig nobias = cfg;
+  nobias.bias = false;
+  nobias.padded_vocab_size = 16;
+  EXPECT_EQ(nobias.num_parameters(), static_cast<double>(std::make_shared<GPT>(nobias)->num_parameters()));
   EXPECT_EQ(model->named_parameters().front().first, "wte.weight");
   EXPECT_EQ(model->named_parameters()[2].first, "h.0.ln_1.weight");
 }

@@ -1,6 +1,7 @@
 // ZeRO at N ranks (run under mpirun for N = 2 and 4): equivalence with single-process training
 // for every stage, with gradient accumulation and clipping, memory and traffic closed forms,
 // ZeRO-3 shard init.
+#include "../user_model.h"
 #include "../zero_cases.h"
 #include "mpi_test_env.h"
 
@@ -34,6 +35,9 @@ TEST(ZeroMpi, EveryStageIsBitIdenticalToOneProcess) {
     for (ZeroStage s : kAllStages)
       expect_identical(world(), {.stage = s, .dtype = dt, .grad_accum = 2, .batch = 8, .dropout = 0.1});
 }
+
+// A user's model (not a GPT; its own unit type), trained with dist::Trainer.
+TEST(ZeroMpi, TrainerGivesAUserModelTheSameBitsAtAnyWorldSize) { expect_user_model_identical_at_any_world_size(world()); }
 
 TEST(ZeroMpi, BitIdenticalWithoutAccumulationAndWithDeepPrefetch) {
   expect_identical(world(), {.stage = ZeroStage::Three, .batch = 8, .prefetch = 3, .dropout = 0.1});

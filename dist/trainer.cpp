@@ -1,0 +1,60 @@
+#include "dist/trainer.h"
+
+#include <cmath>
+
+#include "autograd/ops.h"
+#include "nn/batch_position.h"
+
+namespace zdl::dist {
+
+Trainer::Trainer(ZeroPartitioner& zero, ZeroAdamW& opt, TrainerOptions options)
+    : zero_(zero), opt_(opt), options_(options) {
+  ZDL_CHECK(options_.grad_accum >= 1 && options_.micro_batch >= 1, zero_.comm().prefix(),
+            " Trainer: grad_accum and micro_batch must be >= 1, got grad_accum=", options_.grad_accum,
+            " micro_batch=", options_.micro_batch);
+  ZDL_CHECK(options_.grad_clip >= 0 && std::isfinite(options_.grad_clip), zero_.comm().prefix(),
+            " Trainer: grad_clip must be a finite number >= 0, got ", options_.grad_clip);
+}
+
+int64_t Trainer::sequences_per_step() const {
+  return zero_.comm().size() * options_.grad_accum * options_.micro_batch;
+}
+
+double Trainer::forward_backward(int64_t step, const BatchFn& batch, const LossFn& loss_fn) {
+  zero_.set_step(step);
+  const int64_t A = options_.grad_accum, b = options_.micro_batch;
+  // [Note: micro-batch schedule] in dist/zero.h; each loss lands in its micro-batch's slot.
+  std::vector<double> losses(static_cast<size_t>(A * zero_.comm().size()), 0.0);
+  for (int64_t a = 0; a < A; ++a) {
+    const int64_t m = zero_.micro_batch_index(a);
+    auto [inputs, targets] = batch(step, m * b, b);
+    nn::BatchPosition pos(step, m * b, options_.seed);
+    zero_.set_grad_sync(a == A - 1);
+    Tensor loss = loss_fn(inputs, targets);
+    ZDL_CHECK(loss.defined() && loss.numel() == 1, zero_.comm().prefix(), " Trainer: the loss must be a scalar, got shape ",
+              loss.defined() ? shape_str(loss.shape()) : std::string("(undefined)"));
+    losses[static_cast<size_t>(m)] = loss.item();
+    // 1/A: a power of two scales exactly, so accumulation keeps the bits of one big batch.
+    (A > 1 ? mul(loss, 1.0 / static_cast<double>(A)) : loss).backward();
+  }
+  // One nonzero per slot: the all-reduce is exact; then the sum in micro-batch order.
+  CommPhaseScope metrics(CommPhase::Metrics);
+  double sum = 0;
+  for (double l : zero_.comm().all_reduce_sums(std::move(losses))) sum += l;
+  return sum / static_cast<double>(A * zero_.comm().size());
+}
+
+StepResult Trainer::step(int64_t step, const BatchFn& batch, const LossFn& loss) {
+  StepResult r;
+  r.loss = forward_backward(step, batch, loss);
+  const double scale = zero_.clip_grad_norm(options_.grad_clip);
+  r.grad_norm = zero_.last_grad_norm();
+  // The loss and the norm are the same on every rank, so every rank takes the same branch.
+  r.applied = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
+  if (r.applied) opt_.step(scale);
+  else if (!std::isfinite(r.grad_norm)) r.nonfinite = zero_.nonfinite_grad_units();
+  zero_.zero_grad();
+  return r;
+}
+
+}  // namespace zdl::dist

@@ -1,0 +1,71 @@
+// dist::Trainer: one training step of a model wrapped by a ZeroPartitioner, as train_gpt runs
+// it, for any driver: this rank's micro-batches by the partitioner's schedule, each inside an
+// nn::BatchPosition (dropout keyed by the data), the step's loss summed in micro-batch order,
+// the exact gradient norm and clipping, the optimizer step (skipped, on every rank alike, when
+// a loss or a gradient is not finite), zero_grad. Training is then bit-identical across world
+// sizes and stages (docs/exactness.md), and resuming needs only the step number: batches and
+// dropout masks are functions of it.
+//
+//   dist::Trainer trainer(zero, opt, {.grad_accum = 2, .micro_batch = 4, .grad_clip = 1.0, .seed = 1337});
+//   for (int64_t step = first; step < steps; ++step) {
+//     opt.set_lr(schedule.lr(step));
+//     dist::StepResult r = trainer.step(step,
+//         [&](int64_t s, int64_t first, int64_t count) { return my_rows(s, first, count); },  // (inputs, targets)
+//         [&](const Tensor& x, const Tensor& y) { return model->loss(x, y); });
+//     if (!r.applied) ...;  // r.nonfinite names the units with NaN/Inf gradients
+//   }
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "dist/zero.h"
+#include "dist/zero_optimizer.h"
+
+namespace zdl::dist {
+
+struct TrainerOptions {
+  int64_t grad_accum = 1;   // micro-steps per optimizer step on each rank (A)
+  int64_t micro_batch = 1;  // sequences per rank and micro-step (b): a step covers N x A x b
+  double grad_clip = 0.0;   // global gradient-norm clip (0: off)
+  uint64_t seed = 0;        // the run's seed for random draws in forward (dropout masks)
+};
+
+struct StepResult {
+  double loss = 0;       // mean of the step's micro-batch losses: the same double on every rank
+  double grad_norm = 0;  // global, before clipping
+  bool applied = true;   // false: a loss or gradient was NaN/Inf and the optimizer step was skipped
+  std::vector<ZeroPartitioner::NonFiniteUnit> nonfinite;  // when !applied: units with NaN/Inf gradients
+};
+
+class Trainer {
+ public:
+  using Batch = std::pair<Tensor, Tensor>;
+  // Rows [first, first + count) of step `step`'s sequences: (inputs, targets), where the model
+  // runs. The same rows must come back for the same arguments on every call and every rank.
+  using BatchFn = std::function<Batch(int64_t step, int64_t first, int64_t count)>;
+  // A micro-batch's mean loss (a scalar tensor).
+  using LossFn = std::function<Tensor(const Tensor& inputs, const Tensor& targets)>;
+
+  Trainer(ZeroPartitioner& zero, ZeroAdamW& opt, TrainerOptions options);
+
+  // Forward and backward over this rank's micro-batches, clipping, the optimizer step (or the
+  // skip), zero_grad. Collective: every rank calls it with the same step.
+  StepResult step(int64_t step, const BatchFn& batch, const LossFn& loss);
+
+  // The forward/backward part of step() alone (gradients are reduced when it returns); the
+  // step's mean loss. For drivers that look at gradients before stepping.
+  double forward_backward(int64_t step, const BatchFn& batch, const LossFn& loss);
+
+  // N x A x b: the sequences one step trains on.
+  int64_t sequences_per_step() const;
+  const TrainerOptions& options() const { return options_; }
+
+ private:
+  ZeroPartitioner& zero_;
+  ZeroAdamW& opt_;
+  TrainerOptions options_;
+};
+
+}  // namespace zdl::dist
