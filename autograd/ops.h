@@ -40,6 +40,20 @@ Tensor log(const Tensor& a);
 Tensor sqrt(const Tensor& a);
 Tensor tanh(const Tensor& a);
 Tensor square(const Tensor& a);
+Tensor relu(const Tensor& a);     // max(a, 0); gradient 0 at 0
+Tensor sigmoid(const Tensor& a);  // 1 / (1 + exp(-a))
+Tensor silu(const Tensor& a);     // a * sigmoid(a)
+Tensor abs(const Tensor& a);      // gradient sign(a), 0 at 0
+// Elementwise max / min with broadcasting; a NaN in either propagates. On a tie each input
+// gets half the gradient (as PyTorch).
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+// cond != 0 ? a : b, broadcasting all three (cond of any float dtype; cast to a's). The
+// unselected side's values never reach the result or its gradient (an Inf there is harmless).
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// Index of the largest element along `dim` (the first on ties; a NaN wins): shape a without
+// that dim, I64, no gradient.
+Tensor argmax(const Tensor& a, int64_t dim = -1);
 // Differentiable dtype cast (e.g. f32 master weights -> bf16 compute copy).
 Tensor cast(const Tensor& a, DType dtype);
 // In place, no graph: dst += src (src broadcast to dst's shape; dst may be a strided view).

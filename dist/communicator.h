@@ -63,8 +63,9 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // Rank among the processes on this host (selects the GPU).
+  // Rank among the processes on this host (selects the GPU), and how many there are.
   virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;
   virtual std::string backend() const = 0;  // "local", "mpi", "nccl"
   // The device the communicator serves: CPU, or this rank's GPU.
   Device device() const { return device_; }
@@ -144,7 +145,14 @@ struct InitOptions {
   // "local": size 1 always; "mpi": MPI even without a launcher (a singleton of size 1);
   // "nccl": CUDA build only (without a launcher: one rank, no MPI); an error if ranks share a GPU.
   std::string backend = "auto";
+  // Ranks on one host share its cores: unless OMP_NUM_THREADS is set, init() gives each of the
+  // host's L ranks omp_get_num_procs() / L OpenMP threads (at least 1), so N ranks on a box do
+  // not each start a thread per core. false: leave the thread count alone.
+  bool share_cores = true;
 };
+
+// The OpenMP threads init() gives each rank when it shares the cores: num_procs / local_size.
+int threads_per_rank(const Communicator& comm);
 
 // Initializes the process group: under mpirun (MPICH's or OpenMPI's) an MPI (or NCCL)
 // communicator over all ranks; without a launcher a LocalCommunicator of size 1. MPI is

@@ -19,6 +19,7 @@ class LocalCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   int local_rank() const override { return 0; }
+  int local_size() const override { return 1; }
   std::string backend() const override { return "local"; }
 
   std::shared_ptr<Work> all_reduce_async(const Tensor& t) override;

@@ -244,7 +244,7 @@ void halving_reduce_scatter(char* buf, int block, DType t, int rank, int size, M
 
 struct MpiCommunicator::State {
   MPI_Comm comm = MPI_COMM_NULL;
-  int rank = 0, size = 1, local_rank = 0;
+  int rank = 0, size = 1, local_rank = 0, local_size = 1;
 
   std::mutex mu;
   std::condition_variable cv;
@@ -308,11 +308,10 @@ MpiCommunicator::MpiCommunicator(Device device) : Communicator(Device::cpu()), s
     ZDL_MPI_CHECK(MPI_Comm_size(s.comm, &s.size));
     MPI_Comm node = MPI_COMM_NULL;
     ZDL_MPI_CHECK(MPI_Comm_split_type(s.comm, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &node));
-    int local_size = 1;
     ZDL_MPI_CHECK(MPI_Comm_rank(node, &s.local_rank));
-    ZDL_MPI_CHECK(MPI_Comm_size(node, &local_size));
+    ZDL_MPI_CHECK(MPI_Comm_size(node, &s.local_size));
     ZDL_MPI_CHECK(MPI_Comm_free(&node));
-    if (device.is_cuda()) set_device(select_cuda_device(device, s.local_rank, local_size));
+    if (device.is_cuda()) set_device(select_cuda_device(device, s.local_rank, s.local_size));
   }
   s.thread = std::thread([st = state_] { st->run(); });
 }
@@ -347,6 +346,7 @@ MpiCommunicator::~MpiCommunicator() {
 int MpiCommunicator::rank() const { return state_->rank; }
 int MpiCommunicator::size() const { return state_->size; }
 int MpiCommunicator::local_rank() const { return state_->local_rank; }
+int MpiCommunicator::local_size() const { return state_->local_size; }
 
 int MpiCommunicator::thread_level() { return MpiRuntime::get().level(); }
 

@@ -36,6 +36,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override;
   int size() const override;
   int local_rank() const override;
+  int local_size() const override;
   std::string backend() const override { return "mpi"; }
 
   std::shared_ptr<Work> all_reduce_async(const Tensor& t) override;

@@ -35,6 +35,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }
   int local_rank() const override { return host_->local_rank(); }
+  int local_size() const override { return host_->local_size(); }
   std::string backend() const override { return "nccl"; }
 
   std::shared_ptr<Work> all_reduce_async(const Tensor& t) override;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <exception>
 #include <map>
 #include <set>
 
@@ -119,6 +121,10 @@ class ZeroPartitioner::Factory final : public nn::ParameterFactory {
     DType t = z_.options_.compute_dtype;
     auto storage = StorageImpl::make_released(static_cast<size_t>(numel_of(spec.shape)) * element_size(t),
                                               spec.device, MemoryCategory::Parameter);
+    storage->set_label(spec.local_name);
+    storage->set_release_hint(
+        "the model was built inside ZeroPartitioner::placement_scope(), where parameters get no bytes until "
+        "zero.wrap(model) places them: call wrap() after building the model, before using it");
     Tensor p = Tensor::from_storage(storage, spec.shape, contiguous_strides(spec.shape), 0, t);
     specs_[p.impl()] = spec;
     return p;
@@ -264,7 +270,8 @@ void ZeroPartitioner::allocate(ParamUnit& u) {
   u.full->set_label("unit " + u.name);
   u.full->set_release_hint(
       "under ZeRO-3 a unit's full parameters exist only during its forward and backward; to read or "
-      "write them elsewhere, gather them with `dist::GatheredParameters g(zero);` (collective: all ranks)");
+      "write them elsewhere, gather them with `dist::GatheredParameters g(zero);` (collective: all ranks); "
+      "to optimize a wrapped model use dist::ZeroAdamW, not optim::AdamW");
   u.full_flat = flat_view(u.full, 0, u.padded, ct);
 
   // What the optimizer updates, initialized here from the recipes (only this rank's range
@@ -319,7 +326,8 @@ void ZeroPartitioner::allocate(ParamUnit& u) {
   u.grad_full->set_label("gradients of unit " + u.name);
   u.grad_full->set_release_hint(
       "under ZeRO-2/3 a unit's full gradients exist only between its backward and its reduce-scatter; the "
-      "reduced gradients are this rank's shard");
+      "reduced gradients are this rank's shard, which dist::ZeroAdamW steps on (optim::AdamW cannot optimize a "
+      "wrapped model)");
   u.grad_flat = flat_view(u.grad_full, 0, u.padded, ct);
   if (!pol.shard_optimizer) {
     u.grad_shard = u.grad_flat;
@@ -387,6 +395,14 @@ void ZeroPartitioner::wrap(nn::Module& model) {
                                        "; shard more (a higher --zero-stage or more ranks) or raise the cap"));
   }
   if (root) install_hooks(model, root);
+  // One unit holding everything is rarely meant: usually is_unit matched none of the model's
+  // module types. Say so once, with the fix.
+  if (block_order_.empty() && policy_.shard_parameters && comm_->rank() == 0 && !model.named_modules(false).empty())
+    std::fprintf(stderr,
+                 "zerodl: %s wrap(): no module matched ZeroOptions::is_unit (default: modules of type \"Block\"), so "
+                 "the whole model is one unit: ZeRO-3 gathers all of it at once. Pass is_unit to name your model's "
+                 "blocks (e.g. [](const nn::Module& m) { return m.type_name() == \"MyBlock\"; })\n",
+                 comm_->prefix().c_str());
   wrapped_ = true;
   comm_->barrier();
 }
@@ -759,25 +775,49 @@ std::string ZeroPartitioner::describe(int64_t tag) const {
 
 // ---- GatheredParameters ----
 
-GatheredParameters::GatheredParameters(ZeroPartitioner& z, bool modify) : z_(z), modify_(modify) {
-  if (!z_.policy().shard_parameters) return;
-  for (auto& u : z_.units_) {
-    if (u->gathered()) continue;
-    z_.gather(*u, CommPhase::Other, true);
-    gathered_.push_back(u.get());
+namespace {
+// FNV-1a of every unit's full parameters (read through the host): a write made inside a
+// read-only GatheredParameters changes it.
+uint64_t parameters_fingerprint(const std::vector<std::unique_ptr<ParamUnit>>& units) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (auto& u : units) {
+    if (u->full->is_released()) continue;  // a forward inside the scope freed it again
+    const Tensor host = u->full_flat.device().is_cpu() ? u->full_flat : u->full_flat.to(Device::cpu());
+    const auto* b = static_cast<const unsigned char*>(host.raw_data());
+    for (size_t i = 0; i < host.nbytes(); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
   }
+  return h;
+}
+}  // namespace
+
+GatheredParameters::GatheredParameters(ZeroPartitioner& z, bool modify) : z_(z), modify_(modify) {
+  if (z_.policy().shard_parameters)
+    for (auto& u : z_.units_) {
+      if (u->gathered()) continue;
+      z_.gather(*u, CommPhase::Other, true);
+      gathered_.push_back(u.get());
+    }
+  if (!modify_) fingerprint_ = parameters_fingerprint(z_.units_);
 }
 
 GatheredParameters::~GatheredParameters() noexcept(false) {
-  if (modify_) {
-    for (auto& u : z_.units_) {
-      Tensor own = Tensor::from_storage(u->full, {u->master.numel()}, {1}, u->master_begin, z_.options_.compute_dtype);
-      if (z_.policy().shard_parameters) {
-        u->master.copy_(own);
-        if (u->separate_master) u->param_shard.copy_(u->master);
-      } else if (u->separate_master) {
-        u->master.copy_(own);
-      }
+  if (!modify_) {
+    const bool written = parameters_fingerprint(z_.units_) != fingerprint_;
+    for (ParamUnit* u : gathered_) u->reshard();
+    // Not while an exception unwinds the stack: that one is what the caller needs to see.
+    if (written && std::uncaught_exceptions() == 0)
+      throw Error(z_.comm_->prefix() +
+                  " parameters were written inside a read-only dist::GatheredParameters: such writes need not reach "
+                  "the masters and shards training uses; write inside GatheredParameters g(zero, /*modify=*/true)");
+    return;
+  }
+  for (auto& u : z_.units_) {
+    Tensor own = Tensor::from_storage(u->full, {u->master.numel()}, {1}, u->master_begin, z_.options_.compute_dtype);
+    if (z_.policy().shard_parameters) {
+      u->master.copy_(own);
+      if (u->separate_master) u->param_shard.copy_(u->master);
+    } else if (u->separate_master) {
+      u->master.copy_(own);
     }
   }
   for (ParamUnit* u : gathered_) u->reshard();

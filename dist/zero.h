@@ -181,10 +181,11 @@ class ZeroPartitioner {
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 
-// Gathers the full parameters of every unit (or of the units holding `params`) while alive,
-// so they can be read outside forward/backward (inspection, export, evaluation code). With
-// modify = true, values written to the parameters are copied back into this rank's masters
-// and shards on exit. Collective: every rank must enter and leave it together.
+// Gathers the full parameters of every unit while alive, so they can be read outside
+// forward/backward (inspection, export, evaluation code). With modify = true, values written to
+// the parameters are copied back into this rank's masters and shards on exit; without it, a
+// write is an error when the scope ends (it would be lost). Collective: every rank must enter
+// and leave it together.
 //
 //   { dist::GatheredParameters g(zero); io::export_gpt2(*model, "model.safetensors"); }
 class GatheredParameters {
@@ -198,6 +199,7 @@ class GatheredParameters {
   ZeroPartitioner& z_;
   bool modify_;
   std::vector<ParamUnit*> gathered_;
+  uint64_t fingerprint_ = 0;  // read-only: the parameters' bytes on entry
 };
 
 }  // namespace zdl::dist

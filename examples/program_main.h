@@ -1,14 +1,14 @@
 // The frame shared by zerodl's multi-rank command-line programs (train_gpt, zero_walkthrough):
-// parse the flags, start the process group, give each rank its share of the cores, run, and
-// turn errors into exit codes: 0 done, 2 bad input (UsageError, flags), 1 failure. A rank that
-// fails ends the whole job, since the others may be blocked in a collective it will never join.
+// parse the flags, start the process group (dist::init gives each rank its share of the
+// cores), run, and turn errors into exit codes: 0 done, 2 bad input (UsageError, flags), 1
+// failure. A rank that fails ends the whole job, since the others may be blocked in a
+// collective it will never join.
 //
 //   int main(int argc, char** argv) {
 //     CLI::App app{"my_tool: ..."};  /* add options */
 //     return examples::run_program("my_tool", app, argc, argv, [&](dist::Communicator& comm) { ... return 0; });
 //   }
 #pragma once
-#include <omp.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -135,9 +135,6 @@ inline int run_program(const char* name, CLI::App& app, int argc, char** argv,
     std::fprintf(stderr, "%s: cannot start the process group: %s\n", name, e.what());
     return 1;
   }
-  // Ranks on one machine share its cores: unless told otherwise, give each rank its share.
-  if (comm->size() > 1 && !std::getenv("OMP_NUM_THREADS"))
-    omp_set_num_threads(std::max(1, omp_get_num_procs() / comm->size()));
   try {
     if (bad_options) throw *bad_options;
     return run(*comm);

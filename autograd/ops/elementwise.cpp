@@ -278,6 +278,135 @@ Tensor square(const Tensor& a) {
   return autograd::record("square", {a}, out, [a](const TensorList& g) { return TensorList{mul(mul(g[0], a), 2.0)}; });
 }
 
+namespace {
+// Records a unary op whose backward is one kernel on either device (g * f'(a)).
+Tensor record_kernel_unary(const char* name, UnaryOp op, const Tensor& a, const Tensor& out) {
+  if (a.device().is_cuda()) return record_cuda_unary(name, op, a, out);
+  return autograd::record(name, {a}, out, [op, a, name](const TensorList& g) {
+    Tensor gc = g[0].is_contiguous() ? g[0] : g[0].contiguous_copy();
+    Tensor ac = a.is_contiguous() ? a : a.contiguous_copy();
+    Tensor dx = Tensor::empty(a.shape(), a.dtype(), a.device());
+    ZDL_DISPATCH_FLOAT(a.dtype(), name, [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cpu::unary_backward<T>(op, a.numel(), gc.data<T>(), ac.data<T>(), dx.data<T>());
+    });
+    return TensorList{dx};
+  });
+}
+
+Tensor kernel_unary(const char* name, UnaryOp op, const Tensor& a) {
+  Tensor out = unary_forward(op, name, a);
+  return record_kernel_unary(name, op, a, out);
+}
+
+// maximum / minimum: the winner takes the gradient (half each on a tie), reduced to each
+// input's shape.
+Tensor extremum(const char* name, BinaryOp op, BinaryOp grad_op, const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(op, name, a, b);
+  return autograd::record(name, {a, b}, out, [a, b, grad_op](const TensorList& g) {
+    NoGradGuard ng;
+    Tensor wa = binary_forward(grad_op, "maximum/minimum backward", a, b);
+    Tensor wb = binary_forward(grad_op, "maximum/minimum backward", b, a);
+    return TensorList{sum_to(mul(g[0], wa), a.shape()), sum_to(mul(g[0], wb), b.shape())};
+  });
+}
+
+// cond ? a : b over the broadcast shape of all three (no graph).
+Tensor select_forward(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_float_args("where", {&cond, &a, &b});
+  const Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape()), b.shape());
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  if (out.numel() == 0) return out;
+  StridedRows<4> it;
+  it.shape = shape;
+  it.strides = {out.strides(), broadcast_strides(cond, shape), broadcast_strides(a, shape), broadcast_strides(b, shape)};
+  it = coalesce(it);
+#ifdef ZDL_WITH_CUDA
+  if (on_cuda("where", a)) {
+    kernels::cuda::select(a.dtype(), it, out.raw_data(), cond.raw_data(), a.raw_data(), b.raw_data());
+    return out;
+  }
+#endif
+  check_cpu("where", a);
+  ZDL_DISPATCH_FLOAT(a.dtype(), "where", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::select<T>(it, out.data<T>(), cond.data<T>(), a.data<T>(), b.data<T>());
+  });
+  return out;
+}
+}  // namespace
+
+Tensor relu(const Tensor& a) {
+  if (bf16_on_cpu("relu", {&a})) return to_bf16(relu(to_f32(a)));
+  return kernel_unary("relu", UnaryOp::Relu, a);
+}
+
+Tensor sigmoid(const Tensor& a) {
+  if (bf16_on_cpu("sigmoid", {&a})) return to_bf16(sigmoid(to_f32(a)));
+  return kernel_unary("sigmoid", UnaryOp::Sigmoid, a);
+}
+
+Tensor silu(const Tensor& a) {
+  if (bf16_on_cpu("silu", {&a})) return to_bf16(silu(to_f32(a)));
+  return kernel_unary("silu", UnaryOp::Silu, a);
+}
+
+Tensor abs(const Tensor& a) {
+  if (bf16_on_cpu("abs", {&a})) return to_bf16(abs(to_f32(a)));
+  return kernel_unary("abs", UnaryOp::Abs, a);
+}
+
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  if (bf16_on_cpu("maximum", {&a, &b})) return to_bf16(maximum(to_f32(a), to_f32(b)));
+  return extremum("maximum", BinaryOp::Max, BinaryOp::MaxGrad, a, b);
+}
+
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  if (bf16_on_cpu("minimum", {&a, &b})) return to_bf16(minimum(to_f32(a), to_f32(b)));
+  return extremum("minimum", BinaryOp::Min, BinaryOp::MinGrad, a, b);
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_defined(cond, "where", "cond");
+  check_float_args("where", {&a, &b});
+  Tensor c = cond.dtype() == a.dtype() ? cond.detach() : cast(cond.detach(), a.dtype());
+  if (bf16_on_cpu("where", {&a, &b})) return to_bf16(where(to_f32(c), to_f32(a), to_f32(b)));
+  Tensor out = select_forward(c, a, b);
+  return autograd::record("where", {a, b}, out, [c, a, b](const TensorList& g) {
+    NoGradGuard ng;
+    Tensor zero = Tensor::zeros({}, g[0].dtype(), g[0].device());
+    return TensorList{sum_to(select_forward(c, g[0], zero), a.shape()), sum_to(select_forward(c, zero, g[0]), b.shape())};
+  });
+}
+
+Tensor argmax(const Tensor& a, int64_t dim) {
+  check_float_args("argmax", {&a});
+  ZDL_CHECK(a.dim() >= 1, "argmax: needs at least one dimension, got shape=", shape_str(a.shape()));
+  const int64_t d = dim < 0 ? dim + a.dim() : dim;
+  ZDL_CHECK(d >= 0 && d < a.dim(), "argmax: dim ", dim, " out of range for shape=", shape_str(a.shape()));
+  ZDL_CHECK(a.size(d) > 0, "argmax: dimension ", dim, " is empty (shape=", shape_str(a.shape()), ")");
+  NoGradGuard ng;
+  Tensor x = contiguous(d == a.dim() - 1 ? a : transpose(a, d, a.dim() - 1));
+  if (x.dtype() == DType::BF16 && x.device().is_cpu()) x = cast(x, DType::F32);
+  Shape out_shape = x.shape();
+  const int64_t n = out_shape.back();
+  out_shape.pop_back();
+  Tensor out = Tensor::empty(out_shape, DType::I64, a.device());
+  const int64_t rows = out.numel();
+#ifdef ZDL_WITH_CUDA
+  if (on_cuda("argmax", x)) {
+    kernels::cuda::argmax_rows(x.dtype(), rows, n, x.raw_data(), out.data<int64_t>());
+    return out;
+  }
+#endif
+  check_cpu("argmax", x);
+  ZDL_DISPATCH_FLOAT(x.dtype(), "argmax", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::argmax_rows<T>(rows, n, x.data<T>(), out.data<int64_t>());
+  });
+  return out;
+}
+
 Tensor cast(const Tensor& a, DType dtype) {
   check_defined(a, "cast", "a");
   Tensor out = Tensor::empty(a.shape(), dtype, a.device());

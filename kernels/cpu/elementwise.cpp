@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/check.h"
 #include "kernels/cpu/parallel.h"
 
 namespace zdl::kernels::cpu {
@@ -62,6 +63,12 @@ void binary(BinaryOp op, const StridedRows<3>& it, T* out, const T* a, const T* 
     case BinaryOp::Sub: return binary_rows(it, out, a, b, [](T x, T y) { return x - y; });
     case BinaryOp::Mul: return binary_rows(it, out, a, b, [](T x, T y) { return x * y; });
     case BinaryOp::Div: return binary_rows(it, out, a, b, [](T x, T y) { return x / y; });
+    case BinaryOp::Max: return binary_rows(it, out, a, b, [](T x, T y) { return x > y || x != x ? x : y; });
+    case BinaryOp::Min: return binary_rows(it, out, a, b, [](T x, T y) { return x < y || x != x ? x : y; });
+    case BinaryOp::MaxGrad:
+      return binary_rows(it, out, a, b, [](T x, T y) { return x > y ? T(1) : x == y ? T(0.5) : T(0); });
+    case BinaryOp::MinGrad:
+      return binary_rows(it, out, a, b, [](T x, T y) { return x < y ? T(1) : x == y ? T(0.5) : T(0); });
   }
 }
 
@@ -79,7 +86,62 @@ void unary(UnaryOp op, int64_t n, const T* x, T* out, double s) {
     case UnaryOp::MulScalar: return unary_map(n, x, out, [ts](T v) { return v * ts; });
     case UnaryOp::RSub: return unary_map(n, x, out, [ts](T v) { return ts - v; });
     case UnaryOp::RDiv: return unary_map(n, x, out, [ts](T v) { return ts / v; });
+    case UnaryOp::Relu: return unary_map(n, x, out, [](T v) { return v > T(0) ? v : T(0); });
+    case UnaryOp::Sigmoid: return unary_map(n, x, out, [](T v) { return T(1) / (T(1) + std::exp(-v)); });
+    case UnaryOp::Silu: return unary_map(n, x, out, [](T v) { return v / (T(1) + std::exp(-v)); });
+    case UnaryOp::Abs: return unary_map(n, x, out, [](T v) { return std::abs(v); });
   }
+}
+
+template <class T>
+void unary_backward(UnaryOp op, int64_t n, const T* g, const T* x, T* dx) {
+  auto map = [&](auto f) {
+    parallel_for(n, 8, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i) dx[i] = f(g[i], x[i]);
+    });
+  };
+  switch (op) {
+    case UnaryOp::Relu: return map([](T gv, T v) { return v > T(0) ? gv : T(0); });
+    case UnaryOp::Sigmoid:
+      return map([](T gv, T v) {
+        const T sg = T(1) / (T(1) + std::exp(-v));
+        return gv * (sg * (T(1) - sg));
+      });
+    case UnaryOp::Silu:  // d (v sg) = sg + v sg (1 - sg)
+      return map([](T gv, T v) {
+        const T sg = T(1) / (T(1) + std::exp(-v));
+        return gv * (sg * (T(1) + v * (T(1) - sg)));
+      });
+    case UnaryOp::Abs: return map([](T gv, T v) { return v > T(0) ? gv : v < T(0) ? -gv : T(0); });
+    default: ZDL_CHECK(false, "unary_backward: op ", static_cast<int>(op), " composes its backward in autograd");
+  }
+}
+
+template <class T>
+void select(const StridedRows<4>& it, T* out, const T* cond, const T* a, const T* b) {
+  const int64_t rows = it.rows(), inner = it.inner();
+  const auto is = it.inner_strides();
+  parallel_for(rows, inner, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const auto off = it.row_offsets(r);
+      for (int64_t i = 0; i < inner; ++i)
+        out[off[0] + i * is[0]] = cond[off[1] + i * is[1]] != T(0) ? a[off[2] + i * is[2]] : b[off[3] + i * is[3]];
+    }
+  });
+}
+
+template <class T>
+void argmax_rows(int64_t rows, int64_t n, const T* x, int64_t* out) {
+  parallel_for(rows, n, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* p = x + r * n;
+      int64_t best = 0;
+      for (int64_t i = 1; i < n && p[best] == p[best]; ++i)
+        if (p[i] > p[best] || p[i] != p[i]) best = i;
+      out[r] = best;
+    }
+  });
 }
 
 template <class T>
@@ -121,6 +183,9 @@ void scale(int64_t n, T* x, double s) {
 #define ZDL_INSTANTIATE(T)                                                                  \
   template void binary<T>(BinaryOp, const StridedRows<3>&, T*, const T*, const T*);        \
   template void unary<T>(UnaryOp, int64_t, const T*, T*, double);                          \
+  template void unary_backward<T>(UnaryOp, int64_t, const T*, const T*, T*);               \
+  template void select<T>(const StridedRows<4>&, T*, const T*, const T*, const T*);        \
+  template void argmax_rows<T>(int64_t, int64_t, const T*, int64_t*);                      \
   template void accumulate<T>(const StridedRows<2>&, T*, const T*);                       \
   template void scale<T>(int64_t, T*, double);
 ZDL_INSTANTIATE(float)

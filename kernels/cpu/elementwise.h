@@ -14,7 +14,11 @@
 
 namespace zdl::kernels::cpu {
 
-enum class BinaryOp { Add, Sub, Mul, Div };
+enum class BinaryOp {
+  Add, Sub, Mul, Div,
+  Max, Min,          // NaN propagates (as PyTorch's maximum / minimum)
+  MaxGrad, MinGrad,  // d max(a, b) / da: 1 where a wins, 1/2 on a tie, else 0 (min: likewise)
+};
 
 // out[idx] = a[idx] op b[idx] over `it` (operand order: out, a, b; broadcast dims have stride 0).
 template <class T>
@@ -26,11 +30,25 @@ enum class UnaryOp {
   MulScalar,  // x * s
   RSub,       // s - x
   RDiv,       // s / x
+  Relu, Sigmoid, Silu, Abs,
 };
 
 // out[i] = f(x[i]) for contiguous buffers of n elements (out may alias x).
 template <class T>
 void unary(UnaryOp op, int64_t n, const T* x, T* out, double s = 0.0);
+
+// dx[i] = g[i] * f'(x[i]) for the ops whose backward is one kernel (Relu, Sigmoid, Silu, Abs;
+// the others compose their backward from differentiable ops in autograd/ops/elementwise.cpp).
+template <class T>
+void unary_backward(UnaryOp op, int64_t n, const T* g, const T* x, T* dx);
+
+// out[idx] = cond[idx] != 0 ? a[idx] : b[idx] over `it` (operand order: out, cond, a, b).
+template <class T>
+void select(const StridedRows<4>& it, T* out, const T* cond, const T* a, const T* b);
+
+// out[r] = the index of the largest of x[r n .. r n + n) (the first on ties; a NaN wins).
+template <class T>
+void argmax_rows(int64_t rows, int64_t n, const T* x, int64_t* out);
 
 // dst[idx] += src[idx] over `it` (operand order: dst, src). T: float, double, BFloat16.
 template <class T>

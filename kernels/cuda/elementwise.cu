@@ -18,7 +18,11 @@ __device__ __forceinline__ float apply_binary(float x, float y) {
   if constexpr (Op == BinaryOp::Add) return x + y;
   else if constexpr (Op == BinaryOp::Sub) return x - y;
   else if constexpr (Op == BinaryOp::Mul) return x * y;
-  else return x / y;
+  else if constexpr (Op == BinaryOp::Div) return x / y;
+  else if constexpr (Op == BinaryOp::Max) return x > y || x != x ? x : y;
+  else if constexpr (Op == BinaryOp::Min) return x < y || x != x ? x : y;
+  else if constexpr (Op == BinaryOp::MaxGrad) return x > y ? 1.0f : x == y ? 0.5f : 0.0f;
+  else return x < y ? 1.0f : x == y ? 0.5f : 0.0f;  // MinGrad
 }
 
 template <UnaryOp Op>
@@ -32,7 +36,11 @@ __device__ __forceinline__ float apply_unary(float v, float s) {
   else if constexpr (Op == UnaryOp::AddScalar) return v + s;
   else if constexpr (Op == UnaryOp::MulScalar) return v * s;
   else if constexpr (Op == UnaryOp::RSub) return s - v;
-  else return s / v;  // RDiv
+  else if constexpr (Op == UnaryOp::RDiv) return s / v;
+  else if constexpr (Op == UnaryOp::Relu) return v > 0.0f ? v : 0.0f;
+  else if constexpr (Op == UnaryOp::Sigmoid) return 1.0f / (1.0f + expf(-v));
+  else if constexpr (Op == UnaryOp::Silu) return v / (1.0f + expf(-v));
+  else return fabsf(v);  // Abs
 }
 
 // g * f'(x), the CPU backward graph's arithmetic in f32 (see elementwise.h).
@@ -49,7 +57,15 @@ __device__ __forceinline__ float apply_unary_grad(float g, float x, float s) {
   else if constexpr (Op == UnaryOp::AddScalar) return g;
   else if constexpr (Op == UnaryOp::MulScalar) return g * s;                 // mul(g, s)
   else if constexpr (Op == UnaryOp::RSub) return -g;
-  else return -((g * (s / x)) / x);                                          // neg(div(mul(g, out), a))
+  else if constexpr (Op == UnaryOp::RDiv) return -((g * (s / x)) / x);      // neg(div(mul(g, out), a))
+  else if constexpr (Op == UnaryOp::Relu) return x > 0.0f ? g : 0.0f;        // cpu::unary_backward from here
+  else if constexpr (Op == UnaryOp::Sigmoid) {
+    const float sg = 1.0f / (1.0f + expf(-x));
+    return g * __fmul_rn(sg, 1.0f - sg);
+  } else if constexpr (Op == UnaryOp::Silu) {
+    const float sg = 1.0f / (1.0f + expf(-x));
+    return g * __fmul_rn(sg, 1.0f + __fmul_rn(x, 1.0f - sg));
+  } else return x > 0.0f ? g : x < 0.0f ? -g : 0.0f;  // Abs
 }
 
 // ---- kernels ----
@@ -92,6 +108,33 @@ struct DivGradB {
     d[o[0]] = from_f<T>(-((to_f(g[o[1]]) / bv) * (to_f(a[o[2]]) / bv)));
   }
 };
+
+template <class T>
+struct Select {
+  T* out;
+  const T* cond;
+  const T* a;
+  const T* b;
+  template <class I>
+  __device__ void operator()(const I (&o)[4]) const {
+    out[o[0]] = to_f(cond[o[1]]) != 0.0f ? a[o[2]] : b[o[3]];
+  }
+};
+
+// One thread per row: the first largest element (a NaN wins), as cpu::argmax_rows.
+template <class T>
+__global__ void argmax_kernel(int64_t rows, int64_t n, const T* x, int64_t* out) {
+  ZDL_GRID_STRIDE(r, rows) {
+    const T* p = x + r * n;
+    int64_t best = 0;
+    float bv = to_f(p[0]);
+    for (int64_t i = 1; i < n && bv == bv; ++i) {
+      const float v = to_f(p[i]);
+      if (v > bv || v != v) best = i, bv = v;
+    }
+    out[r] = best;
+  }
+}
 
 template <class T>
 struct Accumulate {
@@ -141,6 +184,10 @@ void launch_binary(BinaryOp op, const StridedRows<3>& it, void* out, const void*
     case BinaryOp::Sub: return launch_binary<T, BinaryOp::Sub>(it, out, a, b, s);
     case BinaryOp::Mul: return launch_binary<T, BinaryOp::Mul>(it, out, a, b, s);
     case BinaryOp::Div: return launch_binary<T, BinaryOp::Div>(it, out, a, b, s);
+    case BinaryOp::Max: return launch_binary<T, BinaryOp::Max>(it, out, a, b, s);
+    case BinaryOp::Min: return launch_binary<T, BinaryOp::Min>(it, out, a, b, s);
+    case BinaryOp::MaxGrad: return launch_binary<T, BinaryOp::MaxGrad>(it, out, a, b, s);
+    case BinaryOp::MinGrad: return launch_binary<T, BinaryOp::MinGrad>(it, out, a, b, s);
   }
 }
 
@@ -158,6 +205,10 @@ void dispatch_unary(UnaryOp op, Body&& body) {
     case UnaryOp::MulScalar: return body(std::integral_constant<UnaryOp, UnaryOp::MulScalar>{});
     case UnaryOp::RSub: return body(std::integral_constant<UnaryOp, UnaryOp::RSub>{});
     case UnaryOp::RDiv: return body(std::integral_constant<UnaryOp, UnaryOp::RDiv>{});
+    case UnaryOp::Relu: return body(std::integral_constant<UnaryOp, UnaryOp::Relu>{});
+    case UnaryOp::Sigmoid: return body(std::integral_constant<UnaryOp, UnaryOp::Sigmoid>{});
+    case UnaryOp::Silu: return body(std::integral_constant<UnaryOp, UnaryOp::Silu>{});
+    case UnaryOp::Abs: return body(std::integral_constant<UnaryOp, UnaryOp::Abs>{});
   }
   ZDL_CHECK(false, "cuda unary op: unknown op ", static_cast<int>(op));
 }
@@ -218,6 +269,28 @@ void div_grad_b(DType dtype, const StridedRows<4>& it, void* d, const void* g, c
                    "cuda div backward");
   };
   ZDL_CUDA_DISPATCH_FLOAT(dtype, "cuda div backward", run);
+}
+
+void select(DType dtype, const StridedRows<4>& it, void* out, const void* cond, const void* a, const void* b) {
+  if (strided_numel(it) == 0) return;
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    launch_strided(it,
+                   Select<T>{static_cast<T*>(out), static_cast<const T*>(cond), static_cast<const T*>(a),
+                             static_cast<const T*>(b)},
+                   "cuda where");
+  };
+  ZDL_CUDA_DISPATCH_FLOAT(dtype, "cuda where", run);
+}
+
+void argmax_rows(DType dtype, int64_t rows, int64_t n, const void* x, int64_t* out) {
+  if (rows == 0) return;
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    argmax_kernel<T><<<grid_for(rows), kBlock, 0, compute_stream()>>>(rows, n, static_cast<const T*>(x), out);
+    ZDL_CUDA_CHECK_LAUNCH();
+  };
+  ZDL_CUDA_DISPATCH_FLOAT(dtype, "cuda argmax", run);
 }
 
 void accumulate(DType dtype, const StridedRows<2>& it, void* dst, const void* src) {

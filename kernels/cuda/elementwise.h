@@ -45,6 +45,7 @@ void unary(cpu::UnaryOp op, DType dtype, int64_t n, const void* x, void* out, do
 // f32 (f recomputed where f' needs it: exp, tanh, rdiv), for n contiguous elements:
 //   Neg: -g   Exp: g*exp(x)   Log: g/x   Sqrt: g/(2 sqrt(x))   Tanh: g*(1 - tanh(x)^2)
 //   Square: g*x*2   AddScalar: g   MulScalar: g*s   RSub: -g   RDiv: -(g*(s/x))/x
+//   Relu, Sigmoid, Silu, Abs: cpu::unary_backward's formulas
 // Same formulas (and f32 rounding steps) as the CPU ops' backward graphs; a bf16 gradient is
 // rounded once, as the CPU bf16 detour rounds its f32 gradient once. dx may alias g.
 void unary_backward(cpu::UnaryOp op, DType dtype, int64_t n, const void* g, const void* x, void* dx, double s = 0.0);
@@ -54,6 +55,14 @@ void unary_backward(cpu::UnaryOp op, DType dtype, int64_t n, const void* g, cons
 // the CPU graph's neg(mul(div(g, b), out)) with out = a / b, in f32 with the same rounding
 // steps; a bf16 result is rounded once (the unfused graph would round three times).
 void div_grad_b(DType dtype, const StridedRows<4>& it, void* d, const void* g, const void* a, const void* b);
+
+// out[idx] = cond[idx] != 0 ? a[idx] : b[idx] over `it` (operand order: out, cond, a, b), as
+// cpu::select.
+void select(DType dtype, const StridedRows<4>& it, void* out, const void* cond, const void* a, const void* b);
+
+// out[r] = the index of the largest of row r of x [rows, n] (contiguous; the first on ties, a
+// NaN wins), as cpu::argmax_rows. out: rows int64 on the device.
+void argmax_rows(DType dtype, int64_t rows, int64_t n, const void* x, int64_t* out);
 
 // dst[idx] += src[idx] over `it` (operand order: dst, src), as cpu::accumulate: the gradient
 // accumulation of the autograd engine and of ZeRO's flat buffers. Added in f32, rounded once.

@@ -239,3 +239,29 @@ TEST(CudaElementwise, MemoryLedgerCountsDeviceBytes) {
 }
 
 }  // namespace zdl
+
+namespace zdl {
+
+using namespace cuda_test;
+
+// relu, sigmoid, silu, abs, maximum, minimum, where (forward and gradients) and argmax on the
+// GPU against the CPU ops, f32 and bf16, with broadcasting.
+TEST(CudaElementwise, ActivationsSelectionAndArgmaxMatchCpu) {
+  ZDL_REQUIRE_GPU();
+  using TL = std::vector<Tensor>;
+  for (DType dt : kDtypes) {
+    Tensor x = Tensor::rand({129, 33}, 7, dt, Device::cpu(), 0, -3.0, 3.0);
+    Tensor y = Tensor::rand({33}, 8, dt, Device::cpu(), 0, -3.0, 3.0);
+    const std::pair<const char*, Tensor (*)(const Tensor&)> unary_ops[] = {
+        {"relu", relu}, {"sigmoid", sigmoid}, {"silu", silu}, {"abs", abs}};
+    for (auto [name, op] : unary_ops) compare([op = op](const TL& v) { return op(v[0]); }, {x}, dt, name);
+    compare([](const TL& v) { return maximum(v[0], v[1]); }, {x, y}, dt, "maximum");
+    compare([](const TL& v) { return minimum(v[0], v[1]); }, {x, y}, dt, "minimum");
+    Tensor cond = relu(Tensor::rand({129, 1}, 9, dt, Device::cpu(), 0, -1.0, 1.0));  // half zeros
+    compare([cond](const TL& v) { return where(cond.to(v[0].device()), v[0], v[1]); }, {x, y}, dt, "where");
+    EXPECT_EQ(argmax(x.to(Device::cuda())).to_vector(), argmax(x).to_vector()) << dtype_name(dt) << " argmax";
+    EXPECT_EQ(argmax(x.to(Device::cuda()), 0).to_vector(), argmax(x, 0).to_vector()) << dtype_name(dt) << " argmax 0";
+  }
+}
+
+}  // namespace zdl

@@ -3,6 +3,7 @@
 // by 4 ranks (ctest runs dist_sharded_save_np4 first and points ZDL_SHARDED_XWS_DIR at it).
 // The same cases run at N = 2, 4 in tests/dist/mpi/sharded_checkpoint_mpi_test.cpp.
 #include "sharded_checkpoint_cases.h"
+#include "user_model.h"
 
 namespace zdl::dist::testing {
 
@@ -20,6 +21,11 @@ TEST(ShardedCheckpointLocal, ResumeUnderEveryStageContinuesTheTrajectoryExactly)
 
 TEST(ShardedCheckpointLocal, CheckpointSavedUnderDdpLoadsUnderEveryStage) {
   expect_resume_continues_trajectory(local(), DType::F32, 0.0, ZeroStage::DDP);
+}
+
+TEST(ShardedCheckpointLocal, UserModelWithDropoutResumesExactly) {
+  sharded::SharedDir tmp(local());
+  expect_user_model_resumes_exactly(local(), tmp / "ckpt");
 }
 
 TEST(ShardedCheckpointLocal, BadCheckpointsAreRejectedClearly) { expect_bad_checkpoints_rejected(local()); }

@@ -9,6 +9,7 @@
 
 #include "core/rng.h"
 #include "dist/local_communicator.h"
+#include "dist/sharded_checkpoint.h"
 #include "dist/trainer.h"
 #include "nn/layers.h"
 
@@ -62,49 +63,78 @@ inline Trainer::Batch classifier_rows(int64_t s, int64_t first, int64_t count) {
   return {Tensor::from_vector(x, {count, D}, DType::F32), Tensor::from_vector(y, {count}, DType::I64)};
 }
 
-struct UserRun {
-  std::vector<double> losses;
-  std::map<std::string, std::vector<double>> params;
-};
-
-// `steps` steps of the classifier under `stage` on `comm`: 8 rows per step in micro-batches
-// of 8 / (N x accum) rows.
-inline UserRun train_user_model(Communicator& comm, ZeroStage stage, int64_t accum, int steps = 30) {
-  std::shared_ptr<Communicator> shared(&comm, [](Communicator*) {});
-  ZeroPartitioner zero(shared, {.stage = stage, .is_unit = [](const nn::Module& m) { return m.type_name() == "MlpBlock"; }});
+// The classifier under ZeRO on `comm`, trained by dist::Trainer: 8 rows per step in
+// micro-batches of 8 / (N x accum) rows.
+struct UserModelRun {
+  std::unique_ptr<ZeroPartitioner> zero;
   std::shared_ptr<MlpClassifier> model;
-  {
-    auto scope = zero.placement_scope(/*seed=*/5);
-    model = std::make_shared<MlpClassifier>();
+  std::unique_ptr<ZeroAdamW> opt;
+  std::unique_ptr<Trainer> trainer;
+
+  UserModelRun(Communicator& comm, ZeroStage stage, int64_t accum, uint64_t init_seed = 5) {
+    std::shared_ptr<Communicator> shared(&comm, [](Communicator*) {});
+    zero = std::make_unique<ZeroPartitioner>(
+        shared, ZeroOptions{.stage = stage, .is_unit = [](const nn::Module& m) { return m.type_name() == "MlpBlock"; }});
+    {
+      auto scope = zero->placement_scope(init_seed);
+      model = std::make_shared<MlpClassifier>();
+    }
+    zero->wrap(*model);
+    opt = std::make_unique<ZeroAdamW>(*zero, optim::AdamWOptions{.lr = 1e-2}, 0.01);
+    trainer = std::make_unique<Trainer>(
+        *zero, *opt, TrainerOptions{.grad_accum = accum, .micro_batch = 8 / (comm.size() * accum), .grad_clip = 0.5, .seed = 3});
   }
-  zero.wrap(*model);
-  ZeroAdamW opt(zero, {.lr = 1e-2}, 0.01);
-  Trainer trainer(zero, opt, {.grad_accum = accum, .micro_batch = 8 / (comm.size() * accum), .grad_clip = 0.5, .seed = 3});
-  UserRun out;
-  for (int s = 0; s < steps; ++s)
-    out.losses.push_back(trainer.step(s, classifier_rows, [&](const Tensor& x, const Tensor& y) {
-                                        return cross_entropy((*model)(x), y);
-                                      }).loss);
-  GatheredParameters g(zero);
-  for (auto& [n, p] : model->named_parameters()) out.params[n] = p.to(DType::F64).to_vector();
-  return out;
-}
+  std::vector<double> steps(int from, int to) {
+    std::vector<double> losses;
+    for (int s = from; s < to; ++s)
+      losses.push_back(trainer->step(s, classifier_rows, [&](const Tensor& x, const Tensor& y) {
+                                   return cross_entropy((*model)(x), y);
+                                 }).loss);
+    return losses;
+  }
+  std::map<std::string, std::vector<double>> params() {
+    GatheredParameters g(*zero);
+    std::map<std::string, std::vector<double>> out;
+    for (auto& [n, p] : model->named_parameters()) out[n] = p.to(DType::F64).to_vector();
+    return out;
+  }
+};
 
 // The user model on N ranks (every stage, accumulation 1 and 2 where it divides) gives one
 // process's bits; and its loss goes down.
 inline void expect_user_model_identical_at_any_world_size(Communicator& comm) {
   LocalCommunicator local;
   const int N = comm.size();
+  auto mean5 = [](auto b) { return (b[0] + b[1] + b[2] + b[3] + b[4]) / 5; };
   for (ZeroStage stage : {ZeroStage::DDP, ZeroStage::One, ZeroStage::Two, ZeroStage::Three})
     for (int64_t accum : {1, 2}) {
       if (8 % (N * accum) != 0) continue;
-      UserRun one = train_user_model(local, stage, accum * N);
-      UserRun got = train_user_model(comm, stage, accum);
-      EXPECT_EQ(got.losses, one.losses) << comm.prefix() << " " << stage_name(stage) << " accum " << accum;
-      EXPECT_TRUE(got.params == one.params) << comm.prefix() << " " << stage_name(stage) << " accum " << accum;
-      auto mean5 = [](auto b) { return (b[0] + b[1] + b[2] + b[3] + b[4]) / 5; };
-      EXPECT_LT(mean5(got.losses.end() - 5), mean5(got.losses.begin())) << comm.prefix() << " the classifier did not learn";
+      UserModelRun one(local, stage, accum * N), got(comm, stage, accum);
+      const std::vector<double> want = one.steps(0, 30), losses = got.steps(0, 30);
+      EXPECT_EQ(losses, want) << comm.prefix() << " " << stage_name(stage) << " accum " << accum;
+      EXPECT_TRUE(got.params() == one.params()) << comm.prefix() << " " << stage_name(stage) << " accum " << accum;
+      EXPECT_LT(mean5(losses.end() - 5), mean5(losses.begin())) << comm.prefix() << " the classifier did not learn";
     }
+}
+
+// A user model with dropout saved through the sharded-checkpoint API and loaded into a model
+// built from another init seed continues the uninterrupted run bit for bit: its dropout masks
+// are keyed by the step, which is all the train state needs ([Note: dropout position]).
+inline void expect_user_model_resumes_exactly(Communicator& comm, const std::string& dir) {
+  for (ZeroStage stage : {ZeroStage::DDP, ZeroStage::Three}) {
+    UserModelRun whole(comm, stage, 1);
+    const std::vector<double> want = whole.steps(0, 8);
+    {
+      UserModelRun first(comm, stage, 1);
+      first.steps(0, 4);
+      save_sharded(dir, *first.zero, *first.opt, io::TrainState{.step = 4});
+    }
+    UserModelRun resumed(comm, stage, 1, /*init_seed=*/77);
+    const io::TrainState st = load_sharded(dir, *resumed.zero, *resumed.opt);
+    EXPECT_EQ(resumed.steps(static_cast<int>(st.step), 8), std::vector<double>(want.begin() + 4, want.end()))
+        << comm.prefix() << " " << stage_name(stage);
+    EXPECT_TRUE(resumed.params() == whole.params()) << comm.prefix() << " " << stage_name(stage);
+  }
 }
 
 }  // namespace zdl::dist::testing

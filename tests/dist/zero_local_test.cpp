@@ -194,3 +194,78 @@ TEST(ZeroLocal, ClosedFormsAreThePapers) {
 }
 
 }  // namespace zdl::dist::testing
+
+namespace zdl::dist::testing {
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+// The mistakes a model author makes first get errors that say the fix.
+TEST(ZeroLocal, CommonMistakesGetErrorsThatNameTheFix) {
+  std::shared_ptr<Communicator> shared(&local(), [](Communicator*) {});
+  RunConfig c;
+  {  // built in the placement scope, never wrapped
+    ZeroPartitioner zero(shared, {.stage = ZeroStage::Three});
+    std::shared_ptr<nn::GPT> model;
+    {
+      auto scope = zero.placement_scope(1);
+      model = std::make_shared<nn::GPT>(tiny_gpt());
+    }
+    const auto batch = global_batch(c, model->config.vocab_size, 0, 0);
+    std::string e = error_of([&] { model->loss(batch.first, batch.second); });
+    EXPECT_NE(e.find("wrap()"), std::string::npos) << e;
+  }
+  {  // optim::AdamW on a ZeRO-3 model; a write in a read-only GatheredParameters
+    ZeroPartitioner zero(shared, {.stage = ZeroStage::Three});
+    std::shared_ptr<nn::GPT> model;
+    {
+      auto scope = zero.placement_scope(1);
+      model = std::make_shared<nn::GPT>(tiny_gpt());
+    }
+    zero.wrap(*model);
+    auto [x, y] = global_batch(c, model->config.vocab_size, 0, 0);
+    model->loss(x, y).backward();
+    std::string e = error_of([&] {
+      optim::AdamW plain(optim::decay_groups(*model, 0.1), adam_opts());
+      plain.step();
+    });
+    EXPECT_NE(e.find("dist::ZeroAdamW"), std::string::npos) << e;
+    zero.zero_grad();
+    e = error_of([&] {
+      GatheredParameters g(zero);
+      model->h[0]->mlp->c_fc->weight.fill_(0.5);
+    });
+    EXPECT_NE(e.find("modify=*/true"), std::string::npos) << e;
+    EXPECT_NO_THROW({
+      GatheredParameters g(zero, /*modify=*/true);
+      model->h[0]->mlp->c_fc->weight.fill_(0.5);
+    });
+    GatheredParameters g(zero);
+    EXPECT_EQ(model->h[0]->mlp->c_fc->weight.to_vector()[0], 0.5) << "the write with modify = true was kept";
+  }
+  {  // no module matched is_unit: a warning with the fix
+    ::testing::internal::CaptureStderr();
+    ZeroPartitioner zero(shared, {.stage = ZeroStage::Three, .is_unit = [](const nn::Module& m) {
+                                    return m.type_name() == "NoSuchBlock";
+                                  }});
+    std::shared_ptr<nn::GPT> model;
+    {
+      auto scope = zero.placement_scope(1);
+      model = std::make_shared<nn::GPT>(tiny_gpt());
+    }
+    zero.wrap(*model);
+    std::string warned = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(warned.find("is_unit"), std::string::npos) << warned;
+    EXPECT_EQ(zero.units().size(), 1u);
+  }
+}
+
+}  // namespace zdl::dist::testing

@@ -3,9 +3,11 @@
 // from the same formulas; values are chosen to be exact in every dtype (bf16 integers <= 256).
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <omp.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -382,6 +384,33 @@ TEST(MpiCommunicator, FixedOrderReductionsAreThePairwiseTree) {
   // sums agree to rounding.
   for (int64_t i = 0; i < block; ++i)
     EXPECT_NEAR(out.data<float>()[i], want[static_cast<size_t>(c.rank() * block + i)], 1e-4) << c.prefix();
+}
+
+}  // namespace zdl::dist
+
+namespace zdl::dist {
+
+// [Note: threads per rank]: without OMP_NUM_THREADS, init() gives each of a host's ranks its
+// share of the cores; with it set (or share_cores = false), the thread count is left alone.
+TEST(MpiCommunicator, InitSharesTheCoresAmongTheHostsRanks) {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  const std::string saved = env ? env : "";
+  const int before = omp_get_max_threads();
+  unsetenv("OMP_NUM_THREADS");
+  omp_set_num_threads(64);
+  auto c = init();
+  EXPECT_EQ(c->local_size(), c->size()) << "ctest starts every rank on this host";
+  EXPECT_EQ(omp_get_max_threads(), std::max(1, omp_get_num_procs() / c->size())) << c->prefix();
+  EXPECT_EQ(threads_per_rank(*c), omp_get_max_threads());
+  omp_set_num_threads(5);
+  init({.share_cores = false});
+  EXPECT_EQ(omp_get_max_threads(), 5) << "share_cores = false leaves the count alone";
+  setenv("OMP_NUM_THREADS", "3", 1);
+  init();
+  EXPECT_EQ(omp_get_max_threads(), 5) << "OMP_NUM_THREADS set: the user chose";
+  if (env) setenv("OMP_NUM_THREADS", saved.c_str(), 1);
+  else unsetenv("OMP_NUM_THREADS");
+  omp_set_num_threads(before);
 }
 
 }  // namespace zdl::dist

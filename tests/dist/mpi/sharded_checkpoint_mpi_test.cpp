@@ -3,6 +3,7 @@
 // the cross-world-size pair ctest wires with ZDL_SHARDED_XWS_DIR: dist_sharded_save_np4 saves,
 // dist_sharded_load_np2 (here) and dist_sharded_load_np1 (test_dist) load.
 #include "../sharded_checkpoint_cases.h"
+#include "../user_model.h"
 #include "mpi_test_env.h"
 
 namespace zdl::dist::testing {
@@ -19,6 +20,11 @@ TEST(ShardedCheckpointMpi, CheckpointsSavedUnderDdpAndZero1LoadUnderEveryStage) 
 
 TEST(ShardedCheckpointMpi, ResumeInF64IsExactUpToRounding) {
   expect_resume_continues_trajectory(world(), DType::F64, 1e-12);
+}
+
+TEST(ShardedCheckpointMpi, UserModelWithDropoutResumesExactly) {
+  sharded::SharedDir tmp(world());
+  expect_user_model_resumes_exactly(world(), tmp / "ckpt");
 }
 
 TEST(ShardedCheckpointMpi, BadCheckpointsAreRejectedOnEveryRank) { expect_bad_checkpoints_rejected(world()); }

@@ -1,9 +1,12 @@
 // ZeRO at N ranks (run under mpirun for N = 2 and 4): equivalence with single-process training
 // for every stage, with gradient accumulation and clipping, memory and traffic closed forms,
 // ZeRO-3 shard init.
+#include <algorithm>
+
 #include "../user_model.h"
 #include "../zero_cases.h"
 #include "mpi_test_env.h"
+#include "nn/batch_position.h"
 
 namespace zdl::dist::testing {
 
@@ -34,6 +37,34 @@ TEST(ZeroMpi, EveryStageIsBitIdenticalToOneProcess) {
   for (DType dt : {DType::F32, DType::BF16})
     for (ZeroStage s : kAllStages)
       expect_identical(world(), {.stage = s, .dtype = dt, .grad_accum = 2, .batch = 8, .dropout = 0.1});
+}
+
+// [Note: dropout position]: rank r's rows of a step get exactly the mask one process draws for
+// those rows of the whole batch, so two ranks' masks differ (each row has its own) and the
+// decomposition does not show.
+TEST(ZeroMpi, DropoutMasksFollowTheRowsNotTheRanks) {
+  const int N = world().size(), r = world().rank();
+  const int64_t b = 2, C = 64;
+  std::shared_ptr<nn::Dropout> drop;
+  {
+    nn::InitContext ctx(3);
+    drop = std::make_shared<nn::Dropout>(0.5);
+  }
+  drop->train();
+  std::vector<double> whole, mine;
+  {
+    nn::BatchPosition pos(/*step=*/5, /*first_sequence=*/0, /*seed=*/11);
+    whole = (*drop)(Tensor::ones({b * N, C})).to_vector();
+  }
+  {
+    nn::BatchPosition pos(5, r * b, 11);
+    mine = (*drop)(Tensor::ones({b, C})).to_vector();
+  }
+  EXPECT_TRUE(std::equal(mine.begin(), mine.end(), whole.begin() + r * b * C)) << world().prefix();
+  int64_t bits = 0;  // the first 63 elements' keep bits
+  for (int i = 0; i < 63; ++i) bits |= static_cast<int64_t>(mine[static_cast<size_t>(i)] != 0) << i;
+  std::vector<int64_t> all = world().all_gather_i64(bits);
+  EXPECT_NE(all[0], all[1]) << "ranks 0 and 1 drew the same mask";
 }
 
 // A user's model (not a GPT; its own unit type), trained with dist::Trainer.
