@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "error_of.h"
 
 namespace zdl::testing {
 
@@ -54,16 +55,6 @@ inline std::string read_bytes(const std::string& path) {
 inline void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-// The message of the zdl::Error that f throws, or "" when it throws none.
-inline std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace zdl::testing

@@ -12,6 +12,7 @@
 
 #include "gradcheck.h"
 #include "kernels/cpu/attention.h"
+#include "error_of.h"
 
 namespace zdl {
 
@@ -67,14 +68,7 @@ Tensor heads_view(const Shape& bnth, uint64_t seed, DType dtype) {
   return transpose(base, 1, 2);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::zdl::testing::error_of;
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 
 #include "core/rng.h"
 #include "temp_dir.h"
+#include "error_of.h"
 
 namespace zdl::data {
 
@@ -25,14 +26,7 @@ std::string random_bytes(int64_t n, uint64_t seed = 7) {
   return s;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::zdl::testing::error_of;
 
 std::vector<int64_t> concat(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
   std::vector<int64_t> out = a;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "dist/communicator.h"
+#include "error_of.h"
 
 namespace zdl::dist {
 
@@ -33,14 +34,7 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::zdl::testing::error_of;
 
 Tensor block_of(const Tensor& full, int64_t block, int64_t n) {
   return Tensor::from_storage(full.storage(), {n}, {1}, full.offset() + block * n, full.dtype());

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "zero_cases.h"
+#include "error_of.h"
 
 namespace zdl::dist::testing {
 
@@ -197,16 +198,7 @@ TEST(ZeroLocal, ClosedFormsAreThePapers) {
 
 namespace zdl::dist::testing {
 
-namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
+using ::zdl::testing::error_of;
 
 // The mistakes a model author makes first get errors that say the fix.
 TEST(ZeroLocal, CommonMistakesGetErrorsThatNameTheFix) {

@@ -3,6 +3,7 @@
 
 #include "nn/gpt.h"
 #include "nn/parameter_factory.h"
+#include "error_of.h"
 
 namespace zdl::nn {
 
@@ -18,14 +19,7 @@ struct TwoLayer : Module {
   Tensor forward(const Tensor& x) override { return (*fc2)(gelu((*fc1)(x))); }
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::zdl::testing::error_of;
 
 }  // namespace
 

@@ -16,6 +16,7 @@
 #include "dist/comm_ledger.h"
 #include "dist/mpi_communicator.h"
 #include "mpi_test_env.h"
+#include "error_of.h"
 
 namespace zdl::dist {
 
@@ -34,14 +35,7 @@ Tensor make(const std::function<double(int64_t)>& f, int64_t n, DType dt) {
   return Tensor::from_vector(v, {n}, dt);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::zdl::testing::error_of;
 
 // Small values: exact in bf16 after summing over 4 ranks.
 double small_value(int64_t i, int r) { return static_cast<double>(i % 7) + r + 1; }
