@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): set up, build, run every CPU test.
-#   1. CPU-only build (-DZDL_CUDA=OFF): all tests, multi-rank ones under mpirun, from ctest.
+#   1. CPU-only build (-DZDL_CUDA=OFF): all tests, multi-rank ones under mpirun, from ctest;
+#      then the library again with GCC, warnings as errors.
 #   2. CUDA build when a toolkit is present: compiles and links every CUDA source, then runs
 #      the GPU tests, which skip cleanly on a machine without a GPU and run on one with.
 #   3. ASan+UBSan: the whole CPU suite again, built with -DZDL_SANITIZE=address,undefined.
@@ -40,6 +41,11 @@ stage "CPU build"
 bash scripts/build.sh "$root/build-cpu" -DZDL_CUDA=OFF
 stage "CPU tests"
 ctest --test-dir "$root/build-cpu" --output-on-failure -j1 --timeout 900
+
+# The library with GCC, the default compiler of a user's project: its build log must stay clean
+# (warnings are errors here; clang's build above uses the same -Wall -Wextra).
+stage "GCC build (library, -Werror)"
+CXX=g++ ZDL_TARGETS="zdl" bash scripts/build.sh "$root/build-gcc" -DZDL_CUDA=OFF -DCMAKE_CXX_FLAGS=-Werror
 
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   # The library (every CUDA source), the programs and the GPU-facing tests: everything that

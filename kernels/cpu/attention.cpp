@@ -23,11 +23,11 @@
 //   dQ = dS K / sqrt(HS)                   dK = dS^T Q / sqrt(HS)
 #include "kernels/cpu/attention.h"
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/eigen.h"
 #include "kernels/cpu/parallel.h"
 
 namespace zdl::kernels::cpu {

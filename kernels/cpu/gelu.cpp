@@ -1,10 +1,10 @@
 #include "kernels/cpu/gelu.h"
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/cpu/eigen.h"
 #include "kernels/cpu/parallel.h"
 
 namespace zdl::kernels::cpu {

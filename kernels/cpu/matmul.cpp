@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
-#include <Eigen/Core>
 #include <omp.h>
 
 #include "core/check.h"
+#include "kernels/cpu/eigen.h"
 #include "kernels/cpu/parallel.h"
 
 namespace zdl::kernels::cpu {
