@@ -533,6 +533,10 @@ void MpiCommunicator::broadcast_bytes(void* data, size_t bytes, int root) {
 // ---- abort -----------------------------------------------------------------------------------
 
 void abort_job(int code) {
+  // The caller printed why. MPI_Abort tears the job down at once, and a launcher may drop what
+  // a rank wrote last before forwarding it: flush, and give it a moment to get out.
+  std::fflush(nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);

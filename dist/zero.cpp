@@ -387,6 +387,7 @@ void ZeroPartitioner::wrap(nn::Module& model) {
                     " is also used by module '", name, "' outside that unit; tied parameters must live in one unit");
     }
   ParamUnit* root = rest.empty() ? nullptr : &make_unit("<root>", rest);
+  check_same_units();
   try {
     for (auto& u : units_) allocate(*u);
   } catch (const OutOfMemoryError& e) {
@@ -405,6 +406,37 @@ void ZeroPartitioner::wrap(nn::Module& model) {
                  comm_->prefix().c_str());
   wrapped_ = true;
   comm_->barrier();
+}
+
+// Ranks that built different models (another width, another layer count) would shard
+// different buffers under the same collectives and train on garbage without any error: the
+// units' names and sizes are compared once, here, and the first difference named.
+void ZeroPartitioner::check_same_units() {
+  if (comm_->size() == 1) return;
+  auto fnv = [](uint64_t h, const std::string& s) {
+    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+    return h;
+  };
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (auto& u : units_) h = fnv(h, u->name + ":" + std::to_string(u->numel) + ";");
+  const std::vector<int64_t> all = comm_->all_gather_i64(static_cast<int64_t>(h));
+  if (std::all_of(all.begin(), all.end(), [&](int64_t v) { return v == all[0]; })) return;
+  const std::vector<int64_t> counts = comm_->all_gather_i64(static_cast<int64_t>(units_.size()));
+  const int64_t common = *std::min_element(counts.begin(), counts.end());
+  for (int64_t i = 0; i < common; ++i) {
+    const ParamUnit& u = *units_[static_cast<size_t>(i)];
+    const std::vector<int64_t> sizes = comm_->all_gather_i64(u.numel);
+    const std::vector<int64_t> names = comm_->all_gather_i64(static_cast<int64_t>(fnv(0xcbf29ce484222325ull, u.name)));
+    for (size_t r = 0; r < sizes.size(); ++r)
+      if (sizes[r] != sizes[0] || names[r] != names[0])
+        throw Error(detail::str(comm_->prefix(), " ranks built different models: unit ", i, " ('", u.name, "' here) has ",
+                                u.numel, " parameters on this rank, ", sizes[r], " on rank ", r, " (and ", sizes[0],
+                                " on rank 0); every rank must build the same model"));
+  }
+  std::string per_rank;
+  for (size_t r = 0; r < counts.size(); ++r) per_rank += detail::str(r ? ", " : "", counts[r]);
+  throw Error(detail::str(comm_->prefix(), " ranks built different models: this rank has ", units_.size(),
+                          " units, the ranks have ", per_rank, "; every rank must build the same model"));
 }
 
 // ---- hooks ----

@@ -140,6 +140,8 @@ class ZeroPartitioner {
 
   ParamUnit& make_unit(const std::string& name, const std::vector<std::pair<std::string, Tensor>>& params);
   void allocate(ParamUnit& u);
+  // Collective: throws on every rank, naming the first difference, unless all built the same units.
+  void check_same_units();
   void install_hooks(nn::Module& m, ParamUnit* u);
   void on_forward_pre(ParamUnit& u);
   void on_forward_post(ParamUnit& u);

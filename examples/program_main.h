@@ -58,6 +58,61 @@ void agree_on_usage(dist::Communicator& comm, F&& f) {
     if (all[static_cast<size_t>(r)] != 0) throw UsageError(r == comm.rank() ? message : std::string(), r);
 }
 
+// [Note: ranks that disagree] Every rank of a job must run with the same flags: ranks with
+// another --n-embd, --lr or --seed would train (or stitch checkpoints from) different models and
+// still exit 0. So before anything else the ranks compare their flags: one all_gather of a hash
+// of all of them; on a difference, one more per flag to find the first that differs and the
+// first rank that has another value, whose value rank 0 receives to name both. Paths
+// (`path_flags`) may differ between hosts: only whether they are given must agree (their files'
+// contents are compared where they are read, e.g. the data's fingerprint).
+inline uint64_t fnv1a(const std::string& s, uint64_t h = 0xcbf29ce484222325ull) {
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// rank `root`'s string on every rank (collective).
+inline std::string broadcast_string(dist::Communicator& comm, const std::string& s, int root) {
+  Tensor len = Tensor::full({1}, static_cast<double>(s.size()), DType::I64);
+  comm.broadcast(len, root);
+  const int64_t n = static_cast<int64_t>(len.to_vector()[0]);
+  Tensor bytes = Tensor::zeros({std::max<int64_t>(n, 1)}, DType::I64);
+  if (comm.rank() == root)
+    for (int64_t i = 0; i < n; ++i) bytes.data<int64_t>()[i] = static_cast<unsigned char>(s[static_cast<size_t>(i)]);
+  comm.broadcast(bytes, root);
+  std::string out(static_cast<size_t>(n), '\0');
+  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = static_cast<char>(bytes.data<int64_t>()[i]);
+  return out;
+}
+
+inline void agree_on_flags(dist::Communicator& comm, const CLI::App& app, const std::vector<std::string>& path_flags) {
+  if (comm.size() == 1) return;
+  std::vector<std::pair<std::string, std::string>> flags;  // (name, value as the rank sees it)
+  for (const CLI::Option* opt : app.get_options()) {
+    const std::string name = opt->get_name();
+    if (name == "--help") continue;
+    // The value in force: a flag given twice counts once, with its last value (as CLI11 does).
+    std::string value = opt->results().empty() ? "" : opt->results().back();
+    if (std::find(path_flags.begin(), path_flags.end(), name) != path_flags.end())
+      value = opt->count() == 0 ? "(not given)" : "(a path)";
+    flags.emplace_back(name, opt->count() == 0 && value.empty() ? "(default)" : value);
+  }
+  uint64_t all = 0;
+  for (auto& [n, v] : flags) all = fnv1a(n + "=" + v + ";", all);
+  std::vector<int64_t> hashes = comm.all_gather_i64(static_cast<int64_t>(all));
+  if (std::all_of(hashes.begin(), hashes.end(), [&](int64_t h) { return h == hashes[0]; })) return;
+  for (auto& [name, value] : flags) {
+    hashes = comm.all_gather_i64(static_cast<int64_t>(fnv1a(value)));
+    int other = 0;
+    for (int r = 1; r < comm.size() && other == 0; ++r)
+      if (hashes[static_cast<size_t>(r)] != hashes[0]) other = r;
+    if (other == 0) continue;
+    const std::string theirs = broadcast_string(comm, value, other);
+    throw UsageError(detail::str("ranks disagree on ", name, ": rank 0 has ", value, ", rank ", other, " has ", theirs,
+                                 "; every rank must be started with the same flags"));
+  }
+  throw UsageError("ranks disagree on their flags (in their order); start every rank with the same command line");
+}
+
 // A failure every rank raises at the same point (e.g. a non-finite loss, known to all through
 // an all-reduce): printed once by rank 0, exit code 1, no job abort needed.
 struct CollectiveStop : std::runtime_error {
@@ -106,7 +161,8 @@ inline std::string short_parse_message(std::string m) {
 // started on the CPU.
 inline int run_program(const char* name, CLI::App& app, int argc, char** argv,
                        const std::function<int(dist::Communicator&)>& run,
-                       const std::function<dist::InitOptions()>& init_options = {}) {
+                       const std::function<dist::InitOptions()>& init_options = {},
+                       const std::vector<std::string>& path_flags = {}) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -137,6 +193,7 @@ inline int run_program(const char* name, CLI::App& app, int argc, char** argv,
   }
   try {
     if (bad_options) throw *bad_options;
+    agree_on_flags(*comm, app, path_flags);
     return run(*comm);
   } catch (const UsageError& e) {
     if (comm->rank() == e.printer) std::fprintf(stderr, "%s: %s\n", name, e.what());

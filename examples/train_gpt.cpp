@@ -361,112 +361,129 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   // ---- configuration (errors here are the user's input: exit 2) ----
   std::optional<io::TrainState> resumed;
   nn::GPTConfig cfg;
-  auto given = [&](const char* flag) { return app.count(flag) > 0; };
-  if (!a.resume.empty()) {
-    if (!std::filesystem::exists(a.resume)) throw UsageError("--resume: no checkpoint at '" + a.resume + "'");
-    try {
-      resumed = dist::read_sharded_train_state(a.resume);
-      cfg = io::gpt_config_from_json(resumed->metadata.at("config"), "the checkpoint's model config");
-      // The run's seed fixes init, data order and dropout: a resumed run keeps its own.
-      a.seed = std::stoull(resumed->metadata.at("seed"));
-    } catch (const std::exception& e) {
-      throw UsageError(std::string("--resume: ") + e.what());
-    }
-    if (!a.init_from.empty()) throw UsageError("--init-from and --resume exclude each other (the checkpoint holds the weights)");
-    // The model comes from the checkpoint: a shape flag that disagrees would be silently ignored.
-    auto check_flag = [&](const char* flag, auto flag_value, auto saved_value) {
-      if (given(flag) && flag_value != saved_value)
-        throw UsageError(detail::str(flag, " ", flag_value, " differs from ", saved_value, " in the checkpoint '",
-                                     a.resume, "' (a resumed run keeps its model; drop the flag)"));
-    };
-    check_flag("--n-layer", a.n_layer, cfg.n_layer);
-    check_flag("--n-head", a.n_head, cfg.n_head);
-    check_flag("--n-embd", a.n_embd, cfg.n_embd);
-    check_flag("--dropout", a.dropout, cfg.dropout);
-    check_flag("--vocab-size", a.vocab_size, cfg.vocab_size);
-    if (given("--vocab-multiple") &&
-        (a.vocab_multiple > 1 ? data::padded_vocab(cfg.vocab_size, a.vocab_multiple) : cfg.vocab_size) != cfg.padded_vocab())
-      throw UsageError(detail::str("--vocab-multiple ", a.vocab_multiple, " does not give the checkpoint's padded vocabulary ",
-                                   cfg.padded_vocab(), " ('", a.resume, "'; drop the flag)"));
-  } else if (!a.init_from.empty()) {
-    if (!std::filesystem::exists(a.init_from)) throw UsageError("--init-from: no file '" + a.init_from + "'");
-    if (std::filesystem::is_directory(a.init_from))
-      throw UsageError("--init-from: '" + a.init_from + "' is a directory; it takes one GPT-2 safetensors file " +
-                       "(continue a sharded checkpoint with --resume, or consolidate it with consolidate_checkpoint)");
-    io::GPT2ConfigOverrides ov;
-    if (given("--n-head")) ov.n_head = a.n_head;
-    ov.dropout = a.dropout;
-    try {
-      cfg = io::config_from_gpt2_file(a.init_from, ov);
-    } catch (const std::exception& e) {  // not a GPT-2 file: a checkpoint directory, another model's file
-      throw UsageError(std::string("--init-from: ") + e.what());
-    }
-    auto check_flag = [&](const char* flag, int64_t flag_value, int64_t file_value) {
-      if (given(flag) && flag_value != file_value)
-        throw UsageError(detail::str(flag, " ", flag_value, " differs from ", file_value, " in ", a.init_from));
-    };
-    check_flag("--n-layer", a.n_layer, cfg.n_layer);
-    check_flag("--n-embd", a.n_embd, cfg.n_embd);
-    check_flag("--vocab-size", a.vocab_size, cfg.vocab_size);
-  } else {
-    cfg.vocab_size = a.vocab_size > 0 ? a.vocab_size : data::ByteTokenizer::kVocabSize;
-    cfg.padded_vocab_size = a.vocab_multiple > 1 ? data::padded_vocab(cfg.vocab_size, a.vocab_multiple) : 0;
-    cfg.block_size = a.seq;
-    cfg.n_layer = a.n_layer;
-    cfg.n_head = a.n_head;
-    cfg.n_embd = a.n_embd;
-    cfg.dropout = a.dropout;
-  }
-  try {
-    cfg.validate();
-  } catch (const Error& e) {
-    throw UsageError(e.what());
-  }
-  if (a.seq > cfg.block_size)
-    throw UsageError(detail::str("--seq ", a.seq, " exceeds the model's context length ", cfg.block_size,
-                                 resumed ? " (the checkpoint's model)" : !a.init_from.empty() ? " (the --init-from file's)" : ""));
-  if (given("--prefetch") && a.zero_stage != 3)
-    throw UsageError(detail::str("--prefetch applies to --zero-stage 3 only (got --zero-stage ", a.zero_stage, ")"));
-  if (given("--peak-tflops") && !dev.is_cuda())
-    throw UsageError("--peak-tflops applies to --device cuda only (MFU is reported for GPUs)");
-  if (a.sample > 0 && a.init_from.empty() && cfg.vocab_size != data::ByteTokenizer::kVocabSize)
-    throw UsageError(detail::str("--sample decodes bytes: it needs the byte vocabulary 256, not ", cfg.vocab_size,
-                                 " (--vocab-size; a larger vocabulary is for measuring speed)"));
-  check_model_fits_in_memory(cfg, a, comm.size(), dev);
-  if (cfg.vocab_size < data::ByteTokenizer::kVocabSize)
-    throw UsageError(detail::str("the model's vocabulary (", cfg.vocab_size, ") is smaller than the byte tokenizer's 256"));
-  if (a.batch % comm.size() != 0)
-    throw UsageError(detail::str("--batch ", a.batch, " must be divisible by the number of ranks ", comm.size(),
-                                 " (each rank takes batch/N rows of the global batch)"));
-  DType dtype;
-  try {
-    dtype = dtype_from_name(a.dtype);
-  } catch (const Error& e) {
-    throw UsageError(std::string("--dtype: ") + e.what());
-  }
-  if (dtype != DType::F32 && dtype != DType::BF16) throw UsageError("--dtype must be f32 or bf16, got " + a.dtype);
-
-  // Every rank makes the default corpus itself (atomic write): no shared file system needed.
-  std::string data_path = a.data.empty() ? data::default_corpus_file() : a.data;
-  if (!std::filesystem::exists(data_path)) throw UsageError("--data: no file '" + data_path + "'");
-  if (resumed && !a.eval_only) check_data_size(*resumed, data_path);
+  DType dtype = DType::F32;
+  std::string data_path;
   std::unique_ptr<data::TokenDataset> ds;
-  try {
-    ds = std::make_unique<data::TokenDataset>(
-        data_path, data::TokenDatasetOptions{.batch_size = a.batch, .seq_len = a.seq,
-                                             .val_fraction = a.eval_only ? 0.0 : a.val_fraction, .seed = a.seed,
-                                             .rank = comm.rank(), .world_size = comm.size()});
-  } catch (const Error& e) {
-    throw UsageError(e.what());
-  }
-
-  // Checked before any training (not when the first save comes, hours later), and agreed on by
-  // every rank: only rank 0 probes --save, only some ranks open a metrics file.
   std::optional<MetricsLog> metrics_log;
+  auto given = [&](const char* flag) { return app.count(flag) > 0; };
+  // Every rank checks its own input (a path, a file, a checkpoint may differ between hosts) and
+  // the ranks agree on the outcome: a problem on one rank ends every rank at once with that
+  // rank's message ([Note: ranks that disagree] in examples/program_main.h), not a hang in the
+  // first collective the failed rank never joins.
   examples::agree_on_usage(comm, [&] {
+    if (!a.resume.empty()) {
+      if (!std::filesystem::exists(a.resume)) throw UsageError("--resume: no checkpoint at '" + a.resume + "'");
+      try {
+        resumed = dist::read_sharded_train_state(a.resume);
+        cfg = io::gpt_config_from_json(resumed->metadata.at("config"), "the checkpoint's model config");
+        // The run's seed fixes init, data order and dropout: a resumed run keeps its own.
+        a.seed = std::stoull(resumed->metadata.at("seed"));
+      } catch (const std::exception& e) {
+        throw UsageError(std::string("--resume: ") + e.what());
+      }
+      if (!a.init_from.empty()) throw UsageError("--init-from and --resume exclude each other (the checkpoint holds the weights)");
+      // The model comes from the checkpoint: a shape flag that disagrees would be silently ignored.
+      auto check_flag = [&](const char* flag, auto flag_value, auto saved_value) {
+        if (given(flag) && flag_value != saved_value)
+          throw UsageError(detail::str(flag, " ", flag_value, " differs from ", saved_value, " in the checkpoint '",
+                                       a.resume, "' (a resumed run keeps its model; drop the flag)"));
+      };
+      check_flag("--n-layer", a.n_layer, cfg.n_layer);
+      check_flag("--n-head", a.n_head, cfg.n_head);
+      check_flag("--n-embd", a.n_embd, cfg.n_embd);
+      check_flag("--dropout", a.dropout, cfg.dropout);
+      check_flag("--vocab-size", a.vocab_size, cfg.vocab_size);
+      if (given("--vocab-multiple") &&
+          (a.vocab_multiple > 1 ? data::padded_vocab(cfg.vocab_size, a.vocab_multiple) : cfg.vocab_size) != cfg.padded_vocab())
+        throw UsageError(detail::str("--vocab-multiple ", a.vocab_multiple, " does not give the checkpoint's padded vocabulary ",
+                                     cfg.padded_vocab(), " ('", a.resume, "'; drop the flag)"));
+    } else if (!a.init_from.empty()) {
+      if (!std::filesystem::exists(a.init_from)) throw UsageError("--init-from: no file '" + a.init_from + "'");
+      if (std::filesystem::is_directory(a.init_from))
+        throw UsageError("--init-from: '" + a.init_from + "' is a directory; it takes one GPT-2 safetensors file " +
+                         "(continue a sharded checkpoint with --resume, or consolidate it with consolidate_checkpoint)");
+      io::GPT2ConfigOverrides ov;
+      if (given("--n-head")) ov.n_head = a.n_head;
+      ov.dropout = a.dropout;
+      try {
+        cfg = io::config_from_gpt2_file(a.init_from, ov);
+      } catch (const std::exception& e) {  // not a GPT-2 file: a checkpoint directory, another model's file
+        throw UsageError(std::string("--init-from: ") + e.what());
+      }
+      auto check_flag = [&](const char* flag, int64_t flag_value, int64_t file_value) {
+        if (given(flag) && flag_value != file_value)
+          throw UsageError(detail::str(flag, " ", flag_value, " differs from ", file_value, " in ", a.init_from));
+      };
+      check_flag("--n-layer", a.n_layer, cfg.n_layer);
+      check_flag("--n-embd", a.n_embd, cfg.n_embd);
+      check_flag("--vocab-size", a.vocab_size, cfg.vocab_size);
+    } else {
+      cfg.vocab_size = a.vocab_size > 0 ? a.vocab_size : data::ByteTokenizer::kVocabSize;
+      cfg.padded_vocab_size = a.vocab_multiple > 1 ? data::padded_vocab(cfg.vocab_size, a.vocab_multiple) : 0;
+      cfg.block_size = a.seq;
+      cfg.n_layer = a.n_layer;
+      cfg.n_head = a.n_head;
+      cfg.n_embd = a.n_embd;
+      cfg.dropout = a.dropout;
+    }
+    try {
+      cfg.validate();
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+    if (a.seq > cfg.block_size)
+      throw UsageError(detail::str("--seq ", a.seq, " exceeds the model's context length ", cfg.block_size,
+                                   resumed ? " (the checkpoint's model)" : !a.init_from.empty() ? " (the --init-from file's)" : ""));
+    if (given("--prefetch") && a.zero_stage != 3)
+      throw UsageError(detail::str("--prefetch applies to --zero-stage 3 only (got --zero-stage ", a.zero_stage, ")"));
+    if (given("--peak-tflops") && !dev.is_cuda())
+      throw UsageError("--peak-tflops applies to --device cuda only (MFU is reported for GPUs)");
+    if (a.sample > 0 && a.init_from.empty() && cfg.vocab_size != data::ByteTokenizer::kVocabSize)
+      throw UsageError(detail::str("--sample decodes bytes: it needs the byte vocabulary 256, not ", cfg.vocab_size,
+                                   " (--vocab-size; a larger vocabulary is for measuring speed)"));
+    check_model_fits_in_memory(cfg, a, comm.size(), dev);
+    if (cfg.vocab_size < data::ByteTokenizer::kVocabSize)
+      throw UsageError(detail::str("the model's vocabulary (", cfg.vocab_size, ") is smaller than the byte tokenizer's 256"));
+    if (a.batch % comm.size() != 0)
+      throw UsageError(detail::str("--batch ", a.batch, " must be divisible by the number of ranks ", comm.size(),
+                                   " (each rank takes batch/N rows of the global batch)"));
+    try {
+      dtype = dtype_from_name(a.dtype);
+    } catch (const Error& e) {
+      throw UsageError(std::string("--dtype: ") + e.what());
+    }
+    if (dtype != DType::F32 && dtype != DType::BF16) throw UsageError("--dtype must be f32 or bf16, got " + a.dtype);
+
+    // Every rank makes the default corpus itself (atomic write): no shared file system needed.
+    data_path = a.data.empty() ? data::default_corpus_file() : a.data;
+    if (!std::filesystem::exists(data_path)) throw UsageError("--data: no file '" + data_path + "'");
+    if (resumed && !a.eval_only) check_data_size(*resumed, data_path);
+    try {
+      ds = std::make_unique<data::TokenDataset>(
+          data_path, data::TokenDatasetOptions{.batch_size = a.batch, .seq_len = a.seq,
+                                               .val_fraction = a.eval_only ? 0.0 : a.val_fraction, .seed = a.seed,
+                                               .rank = comm.rank(), .world_size = comm.size()});
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+
+    // Checked before any training (not when the first save comes, hours later): only rank 0
+    // probes --save, only some ranks open a metrics file.
     if (lead && !a.save.empty()) check_save_dir(a.save);
     metrics_log.emplace(a.metrics, comm.rank(), a.metrics_all_ranks);
   });
+  // Every rank must read the same data: the same bytes, wherever its copy lives.
+  const data::DataFingerprint data_fp = ds->fingerprint();
+  {
+    const auto sizes = comm.all_gather_i64(data_fp.size);
+    const auto sums = comm.all_gather_i64(static_cast<int64_t>(data_fp.fnv1a));
+    for (int r = 1; r < comm.size(); ++r)
+      if (sizes[static_cast<size_t>(r)] != sizes[0] || sums[static_cast<size_t>(r)] != sums[0])
+        throw UsageError(detail::str("ranks disagree on the data: rank 0 read ", sizes[0], " bytes (fnv1a ", io::hex64(static_cast<uint64_t>(sums[0])),
+                                     "), rank ", r, " read ", sizes[static_cast<size_t>(r)], " bytes (fnv1a ",
+                                     io::hex64(static_cast<uint64_t>(sums[static_cast<size_t>(r)])),
+                                     ") from --data; every rank must train on the same file"));
+  }
   MetricsLog& metrics = *metrics_log;
 
   if (a.max_memory_per_rank > 0) memory_ledger().set_cap(dev.type, a.max_memory_per_rank);
@@ -512,7 +529,7 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   dist::ZeroAdamW opt(zero, {.lr = a.lr, .beta1 = 0.9, .beta2 = 0.95}, a.weight_decay);
   optim::CosineSchedule sched{a.lr, a.lr * a.min_lr_ratio, a.warmup, a.steps};
   int64_t first_step = 0;
-  std::string fingerprint = ds->fingerprint().to_string();
+  std::string fingerprint = data_fp.to_string();
   if (resumed) {
     std::string saved_fp = resumed->metadata.count("data_fingerprint") ? resumed->metadata.at("data_fingerprint") : "";
     if (saved_fp != fingerprint)
@@ -756,5 +773,5 @@ int main(int argc, char** argv) {
           comm.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(a.collective_timeout * 1000)));
         return run(a, app, comm);
       },
-      init_options);
+      init_options, /*path_flags=*/{"--data", "--save", "--resume", "--init-from", "--metrics"});
 }

@@ -768,6 +768,6 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--loss-tol", a.loss_tol, "relative loss difference allowed between stages (default 0: identical)");
   app.add_option("--out", a.out, "directory for the CSVs (default walkthrough_out)");
-  return examples::run_program("zero_walkthrough", app, argc, argv,
-                               [&](dist::Communicator& comm) { return run(a, comm); });
+  return examples::run_program("zero_walkthrough", app, argc, argv, [&](dist::Communicator& comm) { return run(a, comm); },
+                               {}, /*path_flags=*/{"--out"});
 }

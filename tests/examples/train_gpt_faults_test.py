@@ -504,6 +504,46 @@ class TrainGptFaults(unittest.TestCase):
             self.assertEqual(p.stderr.count("train_gpt:"), 1, p.stderr)
             self.assertLess(time.monotonic() - t0, 30, f"{args}: a rank waited for the others")
 
+    def run_mpmd(self, args0, args1, timeout=90):
+        """Two ranks started with different arguments (MPMD: `mpirun -np 1 A : -np 1 B`)."""
+        cmd = [MPIRUN, "-np", "1", TRAIN_GPT, *args0, ":", "-np", "1", TRAIN_GPT, *args1]
+        t0 = time.monotonic()
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=MPI_ENV,
+                              cwd=self.dir, timeout=timeout)
+        return proc, time.monotonic() - t0
+
+    @unittest.skipIf(MPIRUN is None, "no mpirun")
+    def test_ranks_started_with_different_flags_exit_2_naming_the_flag_and_both_values(self):
+        base = ["--data", self.data, *SMALL, "--steps", "3"]
+        cases = [
+            (["--n-embd", "32"], ["--n-embd", "16"], "ranks disagree on --n-embd: rank 0 has 32, rank 1 has 16"),
+            (["--seed", "1"], ["--seed", "2"], "ranks disagree on --seed: rank 0 has 1, rank 1 has 2"),
+            (["--lr", "1e-3"], ["--lr", "2e-3"], "ranks disagree on --lr"),
+            (["--grad-accum", "1"], ["--grad-accum", "2"], "ranks disagree on --grad-accum"),
+            (["--zero-stage", "1"], ["--zero-stage", "3"], "ranks disagree on --zero-stage"),
+            ([], ["--save", self.p("ck_one_rank")], "ranks disagree on --save: rank 0 has (not given), rank 1 has (a path)"),
+        ]
+        for extra0, extra1, needle in cases:
+            p, took = self.run_mpmd(base + extra0, base + extra1)
+            self.assert_usage_error(p, needle, f"{extra0} vs {extra1}")
+            self.assertLess(took, 30, f"{extra0} vs {extra1}")
+        self.assertFalse(os.path.exists(self.p("ck_one_rank")))
+
+    @unittest.skipIf(MPIRUN is None, "no mpirun")
+    def test_bad_input_on_one_rank_ends_every_rank_with_that_ranks_message(self):
+        other = self.p("other.txt")
+        with open(self.data) as src, open(other, "w") as f:  # the same size, other bytes
+            f.write(src.read()[::-1])
+        base = [*SMALL, "--steps", "3"]
+        cases = [
+            (["--data", self.data], ["--data", self.p("nonexistent")], "--data: no file"),
+            (["--data", self.data], ["--data", other], "ranks disagree on the data: rank 0 read"),
+        ]
+        for args0, args1, needle in cases:
+            p, took = self.run_mpmd(base + args0, base + args1)
+            self.assert_usage_error(p, needle, f"{args0} vs {args1}")
+            self.assertLess(took, 30, f"{args1}: a rank waited for the other")
+
 
 if __name__ == "__main__":
     TRAIN_GPT = os.path.abspath(sys.argv.pop(1))

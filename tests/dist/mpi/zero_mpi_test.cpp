@@ -120,6 +120,29 @@ struct BlockStack : nn::Module {
 
 }  // namespace
 
+// Ranks that built different models (here: the last rank a wider one) fail together at wrap(),
+// naming the first unit whose size differs, before any buffer is sharded.
+TEST(ZeroMpi, RanksThatBuiltDifferentModelsFailAtWrapNamingTheUnit) {
+  const int N = world().size();
+  std::shared_ptr<Communicator> shared(&world(), [](Communicator*) {});
+  ZeroPartitioner zero(shared, ZeroOptions{.stage = ZeroStage::Three});
+  std::shared_ptr<nn::GPT> model;
+  {
+    auto scope = zero.placement_scope(3);
+    nn::GPTConfig cfg = tiny_gpt();
+    if (world().rank() == N - 1) cfg.n_embd = 12;
+    model = std::make_shared<nn::GPT>(cfg);
+  }
+  try {
+    zero.wrap(*model);
+    ADD_FAILURE() << world().prefix() << " wrap() accepted different models";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("ranks built different models: unit 0 ('h.0' here)"), std::string::npos) << m;
+    EXPECT_NE(m.find("on rank " + std::to_string(N - 1)), std::string::npos) << m;
+  }
+}
+
 TEST(ZeroMpi, DivergentRanksFailWithTheFirstDifferingUnitInsteadOfHanging) {
   for (ZeroStage stage : {ZeroStage::DDP, ZeroStage::Three}) {
     std::shared_ptr<Communicator> shared(&world(), [](Communicator*) {});
