@@ -36,6 +36,7 @@
 //   auto work = comm->all_gather_async(shard, full);  // overlap: do something, then
 //   work->wait();
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -116,7 +117,10 @@ class Communicator {
   // Watchdog: how long wait() may block before it throws (default 300 s; env
   // ZDL_COLLECTIVE_TIMEOUT_S overrides the default). A collective's timeout is taken when it
   // is issued.
-  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+  // Clamped to [1 ms, 1 year]: a deadline past the clock's range would wrap around and fire at once.
+  void set_timeout(std::chrono::milliseconds t) {
+    timeout_ = std::clamp(t, std::chrono::milliseconds(1), std::chrono::milliseconds(int64_t{365} * 86400 * 1000));
+  }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
  protected:

@@ -166,6 +166,12 @@ class Progress {
  private:
   static std::string fmt(double s) {
     char b[32];
+    if (!std::isfinite(s) || s < 0) return "?";
+    if (s >= 100.0 * 86400) return ">100d";
+    if (s >= 86400) {
+      std::snprintf(b, sizeof b, "%dd%02dh", static_cast<int>(s / 86400), static_cast<int>(s / 3600) % 24);
+      return b;
+    }
     if (s < 60) std::snprintf(b, sizeof b, "%.0fs", s);
     else if (s < 3600) std::snprintf(b, sizeof b, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
     else std::snprintf(b, sizeof b, "%dh%02dm", static_cast<int>(s) / 3600, (static_cast<int>(s) % 3600) / 60);
@@ -373,14 +379,19 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   examples::agree_on_usage(comm, [&] {
     if (!a.resume.empty()) {
       if (!std::filesystem::exists(a.resume)) throw UsageError("--resume: no checkpoint at '" + a.resume + "'");
+      uint64_t saved_seed = 0;
       try {
         resumed = dist::read_sharded_train_state(a.resume);
         cfg = io::gpt_config_from_json(resumed->metadata.at("config"), "the checkpoint's model config");
         // The run's seed fixes init, data order and dropout: a resumed run keeps its own.
-        a.seed = std::stoull(resumed->metadata.at("seed"));
+        saved_seed = std::stoull(resumed->metadata.at("seed"));
       } catch (const std::exception& e) {
         throw UsageError(std::string("--resume: ") + e.what());
       }
+      if (given("--seed") && a.seed != saved_seed)
+        throw UsageError(detail::str("--seed ", a.seed, " differs from the checkpoint's seed ", saved_seed,
+                                     " (a resumed run keeps its seed: data order and dropout depend on it; drop the flag)"));
+      a.seed = saved_seed;
       if (!a.init_from.empty()) throw UsageError("--init-from and --resume exclude each other (the checkpoint holds the weights)");
       // The model comes from the checkpoint: a shape flag that disagrees would be silently ignored.
       auto check_flag = [&](const char* flag, auto flag_value, auto saved_value) {
@@ -544,6 +555,9 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     // else to restore.
     first_step = resumed->step;
     ds->set_position(resumed->step);
+    if (a.stop_after > 0 && a.stop_after <= first_step)
+      throw UsageError(detail::str("--stop-after ", a.stop_after, " is not after the checkpoint's step ", first_step,
+                                   ": nothing would be trained"));
   }
 
   say(detail::str("zerodl train_gpt: ", model->extra_repr()));
@@ -726,8 +740,8 @@ int main(int argc, char** argv) {
                  "memory cap in bytes per rank; going over it is a clear out-of-memory error (0: none)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--collective-timeout", a.collective_timeout,
-                 "seconds a collective may take before the watchdog fails the run (default 300)")
-      ->check(CLI::NonNegativeNumber);
+                 "seconds a collective may take before the watchdog fails the run (default 300; at most a year)")
+      ->check(CLI::Range(0.0, 365.0 * 86400));
   app.add_option("--on-nan", a.on_nan,
                  "a non-finite loss or gradient (any rank): stop the run (exit 1), or skip the step")
       ->check(CLI::IsMember({"stop", "skip"}));

@@ -381,6 +381,9 @@ class TrainGptFaults(unittest.TestCase):
             (["--val-fraction", "0.95"], "--val-fraction"),
             (["--on-nan", "maybe"], "--on-nan"),
             (["--prefetch", "2"], "--prefetch applies to --zero-stage 3 only"),
+            # A deadline beyond the clock's range used to wrap around and fail healthy runs at once.
+            (["--collective-timeout", "1e10"], "--collective-timeout"),
+            (["--collective-timeout", "1e300"], "--collective-timeout"),
         ]
         for args, needle in cases:
             p = self.run_gpt("--data", self.data, *SMALL, "--steps", "2", *args, check=False)
@@ -454,6 +457,10 @@ class TrainGptFaults(unittest.TestCase):
             (["--resume", ck, "--n-head", "4"], "--n-head 4 differs from 2"),
             (["--resume", ck, "--dropout", "0.2"], "--dropout 0.2 differs from 0"),
             (["--resume", ck, "--seq", "32"], ["--seq 32 exceeds the model's context length 16", "checkpoint"]),
+            # Once silently ignored: another seed would change the data order and dropout.
+            (["--resume", ck, "--seed", "7"], "--seed 7 differs from the checkpoint's seed 1337"),
+            # Once ignored, and the run went on to --steps.
+            (["--resume", ck, "--stop-after", "2"], "--stop-after 2 is not after the checkpoint's step 2"),
         ]
         for args, needles in cases:  # no model flags but those the case gives
             p = self.run_gpt("--data", self.data, "--seq", "16", "--batch", "4", "--steps", "4", *args, check=False)
