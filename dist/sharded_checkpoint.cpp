@@ -157,6 +157,21 @@ struct Layout {
   }
 };
 
+// [Note: train-state checksum] The rank files carry checksums; the train state lives in
+// layout.json, where a plausible edit (step, optimizer_step, data_position, seed) would shift the
+// trajectory silently. Its fields are hashed in a canonical form (lengths before strings, so no
+// two states share one) and the hash is saved beside them.
+std::string train_state_checksum_of(const io::TrainState& st, int64_t optimizer_step) {
+  std::string c = detail::str("step=", st.step, ";data_position=", st.data_position, ";optimizer_step=",
+                              optimizer_step, ";counters=");
+  for (auto& [k, v] : st.counters) c += detail::str(k.size(), ":", k, "=", v, ";");
+  c += "metadata=";
+  for (auto& [k, v] : st.metadata) c += detail::str(k.size(), ":", k, "=", v.size(), ":", v, ";");
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : c) h = (h ^ ch) * 0x100000001b3ull;
+  return io::hex64(h);
+}
+
 ordered_json train_state_json(const io::TrainState& st) {
   return {{"step", st.step}, {"data_position", st.data_position}, {"counters", st.counters}, {"metadata", st.metadata}};
 }
@@ -191,6 +206,12 @@ Layout read_layout(const std::string& dir) {
     L.state.data_position = io::json_integer<int64_t>(j.at("data_position"), "data_position");
     L.state.counters = io::json_integer_map<uint64_t>(j.at("counters"), "counters");
     L.state.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
+    if (v >= 2) {
+      const std::string saved = j.at("train_state_fnv1a64").get<std::string>();
+      ZDL_CHECK(saved == train_state_checksum_of(L.state, L.optimizer_step), "'", path,
+                "': the train state (step, data_position, optimizer_step, counters, metadata) does not match its "
+                "checksum: the layout was edited or corrupted; restore it from the run that wrote it");
+    }
     for (const json& u : j.at("units")) L.unit_order.push_back(u.at("name").get<std::string>());
     for (const json& p : j.at("parameters"))
       L.params.push_back({p.at("name").get<std::string>(), io::json_integer_array<int64_t>(p.at("shape"), "shape"), p.at("unit").get<std::string>(),
@@ -208,6 +229,9 @@ Layout read_layout(const std::string& dir) {
   } catch (const json::exception& e) {
     ZDL_CHECK(false, "'", path, "' has a missing or mistyped field: ", e.what());
   }
+  ZDL_CHECK(L.state.step >= 0 && L.state.data_position >= 0 && L.optimizer_step >= 0, "'", path,
+            "': impossible train state: step ", L.state.step, ", optimizer_step ", L.optimizer_step, ", data_position ",
+            L.state.data_position, " (each must be >= 0)");
   ZDL_CHECK(L.world_size >= 1 && static_cast<int>(L.files.size()) == L.world_size, "'", path, "': world_size ",
             L.world_size, " but ", L.files.size(), " rank files listed");
   ZDL_CHECK(L.master_dtype == DType::F32 || L.master_dtype == DType::F64, "'", path, "': master_dtype ",
@@ -519,6 +543,7 @@ void save_files_and_swap(const std::string& dir, const std::string& saving, cons
     j["optimizer_step"] = opt.step_count();
     const ordered_json st = train_state_json(state);  // a named object: items() refers into it
     for (auto& [k, v] : st.items()) j[k] = v;
+    j["train_state_fnv1a64"] = train_state_checksum_of(state, opt.step_count());
     ordered_json units = ordered_json::array(), params = ordered_json::array(), files = ordered_json::array();
     for (auto& u : zero.units()) {
       units.push_back({{"name", u->name}, {"numel", u->numel}, {"padded", u->padded}, {"shard_size", u->shard_size}});
@@ -608,6 +633,10 @@ io::TrainState load_impl(const std::string& dir, ZeroPartitioner& zero, ZeroAdam
 }
 
 }  // namespace
+
+std::string train_state_checksum(const io::TrainState& state, int64_t optimizer_step) {
+  return train_state_checksum_of(state, optimizer_step);
+}
 
 void save_sharded(const std::string& dir, ZeroPartitioner& zero, const ZeroAdamW& opt, const io::TrainState& state) {
   save_impl(dir, zero, opt, state);

@@ -7,7 +7,8 @@
 //                                      "<param>:exp_avg_sq@<begin>", each of shape [n], holding
 //                                      the parameter's flat elements [begin, begin + n)
 //   <dir>/layout.json                  format + format_version, world size, stage, dtypes,
-//                                      optimizer step, the TrainState, every parameter (name,
+//                                      optimizer step, the TrainState and its checksum
+//                                      (train_state_fnv1a64, version 2), every parameter (name,
 //                                      shape, unit, offset), and per rank file its entries
 //                                      (param, begin, end), byte size and FNV-1a 64 checksum
 //
@@ -24,9 +25,11 @@
 //   <dir> holding the previous checkpoint or the new one, complete; stale staging is ignored
 //   by load and removed by the next save (a save that fails with an error, e.g. a full disk,
 //   removes its own). All ranks must see the same file system.
-// - Integrity: load checks format_version (newer: rejected, saying so), every parameter name
-//   and shape against the wrapped model (all differences in one error), and the size and
-//   checksum of every rank file it reads, before it reads a value.
+// - Integrity: load checks format_version (newer: rejected, saying so), the train state
+//   against its checksum and its ranges (edits of step, optimizer_step, data_position, seed
+//   would shift the trajectory silently), every parameter name and shape against the wrapped
+//   model (all differences in one error), and the size and checksum of every rank file it
+//   reads, before it reads a value.
 // - Failures are collective: when any rank fails (a corrupted file only one rank reads, a full
 //   disk), every rank throws, naming the file or the failing rank, so none is left waiting
 //   in a later collective.
@@ -47,8 +50,13 @@
 
 namespace zdl::dist {
 
-// The layout version this build writes and the newest it reads.
-inline constexpr int64_t kShardedCheckpointFormatVersion = 1;
+// The layout version this build writes and the newest it reads. Version 2 adds the train
+// state's checksum (`train_state_fnv1a64`); version 1 layouts still load.
+inline constexpr int64_t kShardedCheckpointFormatVersion = 2;
+
+// The checksum layout.json keeps of its train state ([Note: train-state checksum]): FNV-1a 64 of
+// a canonical form of step, data_position, optimizer_step, counters and metadata, as 16 hex digits.
+std::string train_state_checksum(const io::TrainState& state, int64_t optimizer_step);
 
 // Collective: every rank of zero.comm() calls it with the same dir and state. After it
 // returns (on every rank) `dir` is the new checkpoint; if interrupted, the previous one.

@@ -253,9 +253,10 @@ inline void expect_bad_checkpoints_rejected(Communicator& comm) {
   // A newer format.
   on_rank0(comm, [&] {
     std::string j = read_bytes(dir + "/layout.json");
-    size_t at = j.find("\"format_version\": 1");
+    const std::string current = "\"format_version\": " + std::to_string(kShardedCheckpointFormatVersion);
+    size_t at = j.find(current);
     ASSERT_NE(at, std::string::npos);
-    j.replace(at, 19, "\"format_version\": 7");
+    j.replace(at, current.size(), "\"format_version\": 7");
     write_bytes(dir + "/layout.json", j);
   });
   {

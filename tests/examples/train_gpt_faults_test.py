@@ -50,6 +50,21 @@ def losses(path):
     return out
 
 
+def train_state_checksum(layout):
+    """dist/sharded_checkpoint.cpp's train_state_checksum of a layout.json (FNV-1a 64, hex)."""
+    c = f"step={layout['step']};data_position={layout['data_position']};optimizer_step={layout['optimizer_step']};counters="
+    for k in sorted(layout["counters"]):
+        c += f"{len(k.encode())}:{k}={layout['counters'][k]};"
+    c += "metadata="
+    for k in sorted(layout["metadata"]):
+        v = layout["metadata"][k]
+        c += f"{len(k.encode())}:{k}={len(v.encode())}:{v};"
+    h = 0xcbf29ce484222325
+    for b in c.encode():
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
 def limit_file_size(nbytes, ignore_sigxfsz):
     """preexec_fn: files may grow to nbytes; beyond, SIGXFSZ kills the writer (a crash in the
     middle of a write) or, with the signal ignored, write() fails with EFBIG (a full disk)."""
@@ -420,14 +435,21 @@ class TrainGptFaults(unittest.TestCase):
         with open(os.path.join(ck, "layout.json")) as f:
             layout = json.load(f)
 
-        def variant(name, edit):
+        def variant(name, edit, fix_checksum=True):
             d = self.p(name)
             shutil.copytree(ck, d)
             j = json.loads(json.dumps(layout))
             edit(j)
+            if fix_checksum:  # a consistent layout of another model, not a tampered one
+                j["train_state_fnv1a64"] = train_state_checksum(j)
             with open(os.path.join(d, "layout.json"), "w") as f:
                 json.dump(j, f)
             return d
+
+        self.assertEqual(train_state_checksum(layout), layout["train_state_fnv1a64"])
+        # Plausible edits of the train state shift the trajectory: refused by the checksum.
+        tampered = [variant("t_" + k, lambda j, k=k, v=v: j.update({k: v}), fix_checksum=False)
+                    for k, v in [("step", 10**18), ("optimizer_step", 1), ("data_position", 0)]]
 
         newer = variant("newer", lambda j: j.update(format_version=99))
 
@@ -461,7 +483,7 @@ class TrainGptFaults(unittest.TestCase):
             (["--resume", ck, "--seed", "7"], "--seed 7 differs from the checkpoint's seed 1337"),
             # Once ignored, and the run went on to --steps.
             (["--resume", ck, "--stop-after", "2"], "--stop-after 2 is not after the checkpoint's step 2"),
-        ]
+        ] + [(["--resume", t], ["layout.json", "does not match its checksum"]) for t in tampered]
         for args, needles in cases:  # no model flags but those the case gives
             p = self.run_gpt("--data", self.data, "--seq", "16", "--batch", "4", "--steps", "4", *args, check=False)
             self.assert_usage_error(p, needles, str(args))

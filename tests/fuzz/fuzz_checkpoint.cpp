@@ -127,6 +127,18 @@ std::optional<std::string> with_real_integrity(const uint8_t* data, size_t size,
     for (json& f : files)
       if (f.is_object() && f.contains("name") && f["name"].is_string())
         changed |= fix_integrity(f, dir, f["name"].get<std::string>(), "layout.json");
+    try {  // the train state's checksum too, when its fields have their types (to reach past it)
+      io::TrainState st{.step = j.at("step").get<int64_t>(),
+                        .data_position = j.at("data_position").get<int64_t>(),
+                        .counters = j.at("counters").get<std::map<std::string, uint64_t>>(),
+                        .metadata = j.at("metadata").get<std::map<std::string, std::string>>()};
+      const std::string sum = dist::train_state_checksum(st, j.at("optimizer_step").get<int64_t>());
+      if (j.value("train_state_fnv1a64", "") != sum) {
+        j["train_state_fnv1a64"] = sum;
+        changed = true;
+      }
+    } catch (const json::exception&) {
+    }
   } else if (!sharded && files.is_object()) {
     for (auto it = files.begin(); it != files.end(); ++it) changed |= fix_integrity(*it, dir, it.key(), "checkpoint.json");
   }
