@@ -14,8 +14,14 @@
 
 namespace zdl::data {
 
+namespace {
+int64_t mtime_ns(const struct stat& st) { return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec; }
+}  // namespace
+
 MappedFile::MappedFile(std::string path) : path_(std::move(path)) {
-  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer forever (a regular file
+  // ignores the flag).
+  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   ZDL_CHECK(fd >= 0, "MappedFile: cannot open '", path_, "': ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -33,16 +39,33 @@ MappedFile::MappedFile(std::string path) : path_(std::move(path)) {
   }
   void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
   int err = errno;
-  ::close(fd);  // the mapping keeps its own reference to the file
-  ZDL_CHECK(p != MAP_FAILED, "MappedFile: cannot mmap '", path_, "' (", st.st_size, " bytes): ", std::strerror(err));
+  if (p == MAP_FAILED) {
+    ::close(fd);
+    ZDL_CHECK(false, "MappedFile: cannot mmap '", path_, "' (", st.st_size, " bytes): ", std::strerror(err));
+  }
   data_ = static_cast<const uint8_t*>(p);
   size_ = static_cast<int64_t>(st.st_size);
+  fd_ = fd;
+  mtime_ns_ = mtime_ns(st);
+}
+
+void MappedFile::check_unchanged() const {
+  struct stat st {};
+  ZDL_CHECK(fd_ >= 0 && ::fstat(fd_, &st) == 0, "MappedFile: cannot stat '", path_, "': ", std::strerror(errno));
+  ZDL_CHECK(st.st_size == size_ && mtime_ns(st) == mtime_ns_, "the data file '", path_,
+            "' changed during the run (", size_, " bytes at the start, ", st.st_size, " now",
+            st.st_size == size_ ? ", rewritten in place" : "",
+            "); a run must read the file it started with: restore it, or resume from the last checkpoint on the new one");
 }
 
 MappedFile::~MappedFile() { unmap(); }
 
 MappedFile::MappedFile(MappedFile&& o) noexcept
-    : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+    : path_(std::move(o.path_)),
+      data_(std::exchange(o.data_, nullptr)),
+      size_(std::exchange(o.size_, 0)),
+      fd_(std::exchange(o.fd_, -1)),
+      mtime_ns_(o.mtime_ns_) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
   if (this != &o) {
@@ -50,14 +73,18 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
     path_ = std::move(o.path_);
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
+    fd_ = std::exchange(o.fd_, -1);
+    mtime_ns_ = o.mtime_ns_;
   }
   return *this;
 }
 
 void MappedFile::unmap() noexcept {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), static_cast<size_t>(size_));
+  if (fd_ >= 0) ::close(fd_);
   data_ = nullptr;
   size_ = 0;
+  fd_ = -1;
 }
 
 }  // namespace zdl::data

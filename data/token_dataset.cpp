@@ -110,6 +110,7 @@ Batch TokenDataset::gather(const std::vector<int64_t>& global_starts) const {
 }
 
 Batch TokenDataset::copy_windows(const int64_t* starts, int64_t rows) const {
+  file_.check_unchanged();  // a truncated file would SIGBUS below; a rewritten one feed other bytes
   const int64_t T = opts_.seq_len;
   Batch batch{Tensor::empty({rows, T}, DType::I64), Tensor::empty({rows, T}, DType::I64)};
   int64_t* x = batch.inputs.data<int64_t>();

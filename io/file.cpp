@@ -67,7 +67,8 @@ void AtomicFileWriter::commit() {
 }
 
 InputFile::InputFile(std::string path) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO is refused below instead of waiting for a writer (regular files ignore it).
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   ZDL_CHECK(fd_ >= 0, "cannot open '", path_, "': ", errno_str());
   struct stat st {};
   if (::fstat(fd_, &st) != 0) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -210,6 +211,37 @@ TEST(TokenDataset, EmptyFileAndDirectoryAreRejected) {
   EXPECT_NE(msg.find("is empty"), std::string::npos) << msg;
   msg = error_of([&] { TokenDataset(dir.file(""), {}); });
   EXPECT_NE(msg.find("not a regular file"), std::string::npos) << msg;
+}
+
+// A FIFO is refused at once (opening one for reading would wait for a writer forever).
+TEST(TokenDataset, FifoIsRefusedWithoutWaiting) {
+  TempDir dir;
+  const std::string fifo = dir.file("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string msg = error_of([&] { TokenDataset(fifo, {}); });
+  EXPECT_NE(msg.find("not a regular file"), std::string::npos) << msg;
+}
+
+// A data file truncated or rewritten in place during a run: the next batch is an error naming
+// the file (not a SIGBUS from the lost pages, not silently other bytes).
+TEST(TokenDataset, FileChangedDuringTheRunIsAnErrorNotASignal) {
+  TempDir dir;
+  const TokenDatasetOptions opts{.batch_size = 2, .seq_len = 8, .val_fraction = 0.0};
+  const std::string path = dir.write("data.bin", random_bytes(3000));
+  {
+    TokenDataset ds(path, opts);
+    EXPECT_NO_THROW(ds.step_rows(0, 0, 2));
+    std::filesystem::resize_file(path, 100);  // truncated under the mapping
+    std::string msg = error_of([&] { ds.step_rows(1, 0, 2); });
+    EXPECT_NE(msg.find("changed during the run"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  }
+  dir.write("data.bin", random_bytes(3000, 1));
+  TokenDataset ds(path, opts);
+  dir.write("data.bin", random_bytes(3000, 2));  // rewritten in place, the same size
+  // mtime has at least the file system's timestamp resolution; a rewrite within it is not seen.
+  std::string msg = error_of([&] { ds.step_rows(0, 0, 2); });
+  if (!msg.empty()) EXPECT_NE(msg.find("rewritten in place"), std::string::npos) << msg;
 }
 
 TEST(TokenDataset, UnreadableFileErrorNamesThePathAndReason) {

@@ -558,6 +558,27 @@ class TrainGptFaults(unittest.TestCase):
             self.assertLess(took, 30, f"{extra0} vs {extra1}")
         self.assertFalse(os.path.exists(self.p("ck_one_rank")))
 
+    def test_data_file_truncated_during_the_run_is_an_error_not_sigbus(self):
+        data = self.p("shrinking.txt")
+        shutil.copy(self.data, data)
+        proc, pids = self.run_until_steps(["--data", data, *SMALL], 0, 3)
+        os.truncate(data, 200)
+        self.wait_job_end(proc, pids, 60)
+        out, err = self.output()
+        self.assertEqual(proc.returncode, 1, err[-2000:])  # an error, not a signal (SIGBUS: -7)
+        self.assertIn("changed during the run", err)
+
+    def test_fifo_as_data_init_or_checkpoint_is_refused_without_waiting(self):
+        fifo = self.p("pipe")
+        os.mkfifo(fifo)
+        ck = self.p("ck_fifo")
+        os.mkdir(ck)
+        os.mkfifo(os.path.join(ck, "layout.json"))
+        for args, needle in [(["--data", fifo], "not a regular file"), (["--init-from", fifo], "not a regular file"),
+                             (["--resume", ck, "--data", self.data], "not a regular file")]:
+            p = self.run_gpt(*SMALL, "--steps", "2", *args, check=False, timeout=30)
+            self.assert_usage_error(p, needle, str(args))
+
     @unittest.skipIf(MPIRUN is None, "no mpirun")
     def test_bad_input_on_one_rank_ends_every_rank_with_that_ranks_message(self):
         other = self.p("other.txt")
