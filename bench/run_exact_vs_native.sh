@@ -7,24 +7,14 @@
 # Model: L=4, H=4, C=128, T=64, batch 8 per micro-step, f32; 12 timed steps after 3 warm-up
 # steps; exact and native alternate per stage so both see the same machine load.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-build="${1:-$root/build}"
-shift || true
-if [ $# -gt 0 ]; then ranks=("$@"); else ranks=(2 4); fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-model=(--n-layer 4 --n-head 4 --n-embd 128 --seq 64 --batch 8)
-steps=15 warm=3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-threads=$(nproc)
+source "$(dirname "$0")/zero_bench_setup.sh" "$@"
 
 summarize() {  # metrics file -> "median_ms model_wire_bytes final_loss"
   python3 - "$1" "$warm" <<'PY'
 import json, sys, statistics
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
 timed = rows[int(sys.argv[2]):]
-wire = sum(v["wire"] for k, v in rows[-1]["comm"].items() if not k.endswith("/other"))
+wire = sum(v["wire"] for k, v in rows[-1]["comm"].items() if not k.endswith(("/other", "/metrics")))
 print(f'{statistics.median(r["ms"] for r in timed):.1f} {wire} {rows[-1]["loss"]!r}')
 PY
 }

@@ -5,17 +5,7 @@
 #   bash bench/run_zero_stages.sh [BUILD_DIR] [N...]          (default: build, N = 2 4)
 # Model: L=4, H=4, C=128, T=64, global batch 8, f32; 12 timed steps after 3 warm-up steps.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-build="${1:-$root/build}"
-shift || true
-if [ $# -gt 0 ]; then ranks=("$@"); else ranks=(2 4); fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-model=(--n-layer 4 --n-head 4 --n-embd 128 --seq 64 --batch 8)
-steps=15 warm=3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-threads=$(nproc)
+source "$(dirname "$0")/zero_bench_setup.sh" "$@"
 
 summarize() {  # metrics file -> "median_ms peak_bytes tokens_per_s"
   python3 - "$1" "$warm" <<'PY'

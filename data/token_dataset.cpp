@@ -16,13 +16,6 @@ std::string DataFingerprint::to_string() const {
   return detail::str("size=", size, " fnv1a=", hex);
 }
 
-uint64_t fnv1a64(const uint8_t* data, size_t n, uint64_t hash) {
-  for (size_t i = 0; i < n; ++i) {
-    hash ^= data[i];
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
-}
 
 TokenDataset::TokenDataset(const std::string& path, const TokenDatasetOptions& opts)
     : file_(path), opts_(opts) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "core/hash.h"
 #include "data/mapped_file.h"
 
 namespace zdl::data {
@@ -54,8 +55,6 @@ struct DataFingerprint {
   std::string to_string() const;  // "size=1234 fnv1a=0x0123456789abcdef"
 };
 
-// FNV-1a, 64-bit (offset basis 0xcbf29ce484222325, prime 0x100000001b3).
-uint64_t fnv1a64(const uint8_t* data, size_t n, uint64_t hash = 0xcbf29ce484222325ull);
 
 class TokenDataset {
  public:

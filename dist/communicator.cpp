@@ -29,8 +29,8 @@ std::chrono::milliseconds default_timeout() {
   double s = std::strtod(env, &end);
   ZDL_CHECK(end != env && *end == '\0' && s > 0, "ZDL_COLLECTIVE_TIMEOUT_S='", env,
             "' is not a positive number of seconds (e.g. 300 or 0.5)");
-  constexpr double kYear = 365.0 * 86400;  // a later deadline would overflow the clock
-  return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::min(s, kYear) * 1000.0 + 0.5)));
+  const double max_s = std::chrono::duration<double>(Communicator::kMaxTimeout).count();
+  return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::min(s, max_s) * 1000.0 + 0.5)));
 }
 
 }  // namespace

@@ -117,10 +117,10 @@ class Communicator {
   // Watchdog: how long wait() may block before it throws (default 300 s; env
   // ZDL_COLLECTIVE_TIMEOUT_S overrides the default). A collective's timeout is taken when it
   // is issued.
-  // Clamped to [1 ms, 1 year]: a deadline past the clock's range would wrap around and fire at once.
-  void set_timeout(std::chrono::milliseconds t) {
-    timeout_ = std::clamp(t, std::chrono::milliseconds(1), std::chrono::milliseconds(int64_t{365} * 86400 * 1000));
-  }
+  // The longest timeout: a deadline past the clock's range would wrap around and fire at once.
+  static constexpr std::chrono::milliseconds kMaxTimeout{int64_t{365} * 86400 * 1000};  // a year
+  // Clamped to [1 ms, kMaxTimeout].
+  void set_timeout(std::chrono::milliseconds t) { timeout_ = std::clamp(t, std::chrono::milliseconds(1), kMaxTimeout); }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
  protected:

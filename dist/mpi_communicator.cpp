@@ -54,18 +54,26 @@ void wait_politely(MPI_Request& req) {
 
 // ---- the process-wide MPI runtime ------------------------------------------------------------
 
-// Element-wise sums of 16-bit floats: add in float, round to nearest even on the way back
-// (BFloat16's and Half's conversions). MPI calls them with inout = in + inout.
+// dst[i] += src[i]; 16-bit floats add in float and round to nearest even once (BFloat16's and
+// Half's conversions): the MPI sum ops below and the fixed-order reduction use the same sums.
+template <class T>
+void add_elements(char* dst, const char* src, int64_t n) {
+  auto* d = reinterpret_cast<T*>(dst);
+  auto* s = reinterpret_cast<const T*>(src);
+  if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
+    for (int64_t i = 0; i < n; ++i) d[i] = T(static_cast<float>(d[i]) + static_cast<float>(s[i]));
+  } else {
+    for (int64_t i = 0; i < n; ++i) d[i] = d[i] + s[i];
+  }
+}
+
+// The MPI sum ops of 16-bit floats. MPI calls them with inout = in + inout.
 void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  auto* a = static_cast<const BFloat16*>(in);
-  auto* b = static_cast<BFloat16*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = BFloat16(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+  add_elements<BFloat16>(static_cast<char*>(inout), static_cast<const char*>(in), *len);
 }
 
 void f16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  auto* a = static_cast<const Half*>(in);
-  auto* b = static_cast<Half*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = Half(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+  add_elements<Half>(static_cast<char*>(inout), static_cast<const char*>(in), *len);
 }
 
 // Initializes MPI on first use and finalizes it at process exit (static destruction), unless MPI
@@ -191,18 +199,7 @@ int checked_count(const Communicator& c, const char* op, int64_t n) {
 
 bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
-// dst[i] += src[i] in dtype t; 16-bit floats add in float and round once, as the MPI sum ops.
-template <class T>
-void add_elements(char* dst, const char* src, int64_t n) {
-  auto* d = reinterpret_cast<T*>(dst);
-  auto* s = reinterpret_cast<const T*>(src);
-  if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
-    for (int64_t i = 0; i < n; ++i) d[i] = T(static_cast<float>(d[i]) + static_cast<float>(s[i]));
-  } else {
-    for (int64_t i = 0; i < n; ++i) d[i] = d[i] + s[i];
-  }
-}
-
+// dst[i] += src[i] in dtype t.
 void add_into(DType t, char* dst, const char* src, int64_t n) {
   switch (t) {
     case DType::F32: return add_elements<float>(dst, src, n);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "core/hash.h"
 #include "autograd/ops.h"
 #include "io/checkpoint_dir.h"
 #include "io/file.h"
@@ -167,9 +168,7 @@ std::string train_state_checksum_of(const io::TrainState& st, int64_t optimizer_
   for (auto& [k, v] : st.counters) c += detail::str(k.size(), ":", k, "=", v, ";");
   c += "metadata=";
   for (auto& [k, v] : st.metadata) c += detail::str(k.size(), ":", k, "=", v.size(), ":", v, ";");
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char ch : c) h = (h ^ ch) * 0x100000001b3ull;
-  return io::hex64(h);
+  return io::hex64(fnv1a64(c));
 }
 
 ordered_json train_state_json(const io::TrainState& st) {

@@ -9,6 +9,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/ops.h"
+#include "core/hash.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/square_sum.h"
 #include "optim/param_groups.h"
@@ -413,12 +414,8 @@ void ZeroPartitioner::wrap(nn::Module& model) {
 // units' names and sizes are compared once, here, and the first difference named.
 void ZeroPartitioner::check_same_units() {
   if (comm_->size() == 1) return;
-  auto fnv = [](uint64_t h, const std::string& s) {
-    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-    return h;
-  };
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (auto& u : units_) h = fnv(h, u->name + ":" + std::to_string(u->numel) + ";");
+  uint64_t h = kFnv1aOffset;
+  for (auto& u : units_) h = fnv1a64(u->name + ":" + std::to_string(u->numel) + ";", h);
   const std::vector<int64_t> all = comm_->all_gather_i64(static_cast<int64_t>(h));
   if (std::all_of(all.begin(), all.end(), [&](int64_t v) { return v == all[0]; })) return;
   const std::vector<int64_t> counts = comm_->all_gather_i64(static_cast<int64_t>(units_.size()));
@@ -426,7 +423,7 @@ void ZeroPartitioner::check_same_units() {
   for (int64_t i = 0; i < common; ++i) {
     const ParamUnit& u = *units_[static_cast<size_t>(i)];
     const std::vector<int64_t> sizes = comm_->all_gather_i64(u.numel);
-    const std::vector<int64_t> names = comm_->all_gather_i64(static_cast<int64_t>(fnv(0xcbf29ce484222325ull, u.name)));
+    const std::vector<int64_t> names = comm_->all_gather_i64(static_cast<int64_t>(fnv1a64(u.name)));
     for (size_t r = 0; r < sizes.size(); ++r)
       if (sizes[r] != sizes[0] || names[r] != names[0])
         throw Error(detail::str(comm_->prefix(), " ranks built different models: unit ", i, " ('", u.name, "' here) has ",
@@ -685,9 +682,9 @@ double ZeroPartitioner::clip_grad_norm(double max_norm) {
   unit_grad_sq_.assign(units_.size(), 0.0);
   check_gradients_complete("clip_grad_norm");
   const bool sharded = policy_.shard_optimizer && comm_->size() > 1;
-  const bool exact = options_.device.is_cpu() && options_.compute_dtype != DType::F64;
+  const bool exact_sum = options_.device.is_cpu() && options_.compute_dtype != DType::F64;
   double sq = 0.0;
-  if (exact) {
+  if (exact_sum) {
     kernels::cpu::ExactSquareSum total;
     for (size_t i = 0; i < units_.size(); ++i) {
       const Tensor& g = units_[i]->grad_shard;  // contiguous; padding elements are zero
@@ -811,12 +808,11 @@ namespace {
 // FNV-1a of every unit's full parameters (read through the host): a write made inside a
 // read-only GatheredParameters changes it.
 uint64_t parameters_fingerprint(const std::vector<std::unique_ptr<ParamUnit>>& units) {
-  uint64_t h = 0xcbf29ce484222325ull;
+  uint64_t h = kFnv1aOffset;
   for (auto& u : units) {
     if (u->full->is_released()) continue;  // a forward inside the scope freed it again
     const Tensor host = u->full_flat.device().is_cpu() ? u->full_flat : u->full_flat.to(Device::cpu());
-    const auto* b = static_cast<const unsigned char*>(host.raw_data());
-    for (size_t i = 0; i < host.nbytes(); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+    h = fnv1a64(host.raw_data(), host.nbytes(), h);
   }
   return h;
 }

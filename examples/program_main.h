@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/hash.h"
 #include "dist/communicator.h"
 
 namespace zdl::examples {
@@ -65,11 +66,6 @@ void agree_on_usage(dist::Communicator& comm, F&& f) {
 // first rank that has another value, whose value rank 0 receives to name both. Paths
 // (`path_flags`) may differ between hosts: only whether they are given must agree (their files'
 // contents are compared where they are read, e.g. the data's fingerprint).
-inline uint64_t fnv1a(const std::string& s, uint64_t h = 0xcbf29ce484222325ull) {
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
 // rank `root`'s string on every rank (collective).
 inline std::string broadcast_string(dist::Communicator& comm, const std::string& s, int root) {
   Tensor len = Tensor::full({1}, static_cast<double>(s.size()), DType::I64);
@@ -96,12 +92,12 @@ inline void agree_on_flags(dist::Communicator& comm, const CLI::App& app, const 
       value = opt->count() == 0 ? "(not given)" : "(a path)";
     flags.emplace_back(name, opt->count() == 0 && value.empty() ? "(default)" : value);
   }
-  uint64_t all = 0;
-  for (auto& [n, v] : flags) all = fnv1a(n + "=" + v + ";", all);
+  uint64_t all = kFnv1aOffset;
+  for (auto& [n, v] : flags) all = fnv1a64(n + "=" + v + ";", all);
   std::vector<int64_t> hashes = comm.all_gather_i64(static_cast<int64_t>(all));
   if (std::all_of(hashes.begin(), hashes.end(), [&](int64_t h) { return h == hashes[0]; })) return;
   for (auto& [name, value] : flags) {
-    hashes = comm.all_gather_i64(static_cast<int64_t>(fnv1a(value)));
+    hashes = comm.all_gather_i64(static_cast<int64_t>(fnv1a64(value)));
     int other = 0;
     for (int r = 1; r < comm.size() && other == 0; ++r)
       if (hashes[static_cast<size_t>(r)] != hashes[0]) other = r;

@@ -741,7 +741,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--collective-timeout", a.collective_timeout,
                  "seconds a collective may take before the watchdog fails the run (default 300; at most a year)")
-      ->check(CLI::Range(0.0, 365.0 * 86400));
+      ->check(CLI::Range(0.0, std::chrono::duration<double>(dist::Communicator::kMaxTimeout).count()));
   app.add_option("--on-nan", a.on_nan,
                  "a non-finite loss or gradient (any rank): stop the run (exit 1), or skip the step")
       ->check(CLI::IsMember({"stop", "skip"}));

@@ -143,7 +143,6 @@ struct StageRun {
 
 // Bytes per element: s for parameters and gradients, k for optimizer states (dist/closed_forms.h).
 using dist::ElementBytes;
-ElementBytes element_bytes(DType d) { return ElementBytes::of(d); }
 
 bool sharded(ZeroStage st, Cat c) {
   const dist::StagePolicy pol = dist::StagePolicy::of(st);
@@ -199,13 +198,6 @@ int64_t peak_closed_form(const StageRun& r, Cat c, int N, ElementBytes e) {
     case kComm: return st == 0 ? 0 : e.s * r.largest_unit / N;
     default: return -1;
   }
-}
-
-// The collectives one step issues, per (kind, phase), and their closed forms at the padded
-// size P (dist/closed_forms.h).
-using dist::ExpectedTraffic;
-std::vector<ExpectedTraffic> expected_traffic(ZeroStage st, int64_t P, int64_t units, int N, ElementBytes e) {
-  return dist::traffic_closed_form(st, P, units, N, e);
 }
 
 // ---- formatting ----
@@ -455,7 +447,7 @@ int run(const Args& a, dist::Communicator& comm) {
     throw UsageError(e.what());
   }
   const double loss_tol = a.loss_tol >= 0 ? a.loss_tol : 0.0;
-  const ElementBytes eb = element_bytes(dtype);
+  const ElementBytes eb = ElementBytes::of(dtype);
   if (lead) std::filesystem::create_directories(a.out);
   const std::string sfx = detail::str("_n", N, ".csv");
   auto path = [&](const char* name) { return (std::filesystem::path(a.out) / (std::string(name) + sfx)).string(); };
@@ -568,7 +560,8 @@ int run(const Args& a, dist::Communicator& comm) {
                   "n,dtype,stage,collective,phase,calls,payload,wire,closed_calls,closed_payload,closed_wire,formula",
                   lead);
   for (auto& r : runs) {
-    auto want = expected_traffic(r.stage, P, units, N, eb);
+    // The closed forms of dist/closed_forms.h at the padded size P.
+    auto want = dist::traffic_closed_form(r.stage, P, units, N, eb);
     int64_t model_wire = 0;
     for (size_t s = 0; s < r.traffic.size(); ++s) {
       const Traffic& t = r.traffic[s];

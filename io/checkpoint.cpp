@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "core/hash.h"
 #include "io/checkpoint_dir.h"
 #include "io/file.h"
 #include "io/json_fields.h"
@@ -75,12 +76,12 @@ TrainState state_from_manifest(const json& j, const std::string& dir) {
 
 uint64_t fnv1a64_file(const std::string& path) {
   InputFile f(path);
-  uint64_t h = 0xcbf29ce484222325ull;
+  uint64_t h = kFnv1aOffset;
   std::vector<unsigned char> buf(1 << 20);
   for (uint64_t off = 0; off < f.size();) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), f.size() - off));
     f.read_exact(off, buf.data(), n, "bytes to checksum");
-    for (size_t i = 0; i < n; ++i) h = (h ^ buf[i]) * 0x100000001b3ull;
+    h = fnv1a64(buf.data(), n, h);
     off += n;
   }
   return h;

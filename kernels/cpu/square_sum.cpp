@@ -1,6 +1,7 @@
 #include "kernels/cpu/square_sum.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,12 +12,10 @@
 
 namespace zdl::kernels::cpu {
 
-namespace {
-
 // Per-exponent accumulators: bucket e (the biased f32 exponent, subnormals in bucket 1) holds
 // the sum of m^2 for the values with that exponent; each value's square is m^2 * 2^(2(e-1))
 // in units of 2^-298. A bucket holds < 2^48 per value, so 128 bits take 2^80 values.
-struct Buckets {
+struct ExactSquareSum::Buckets {
   unsigned __int128 b[256] = {};
   uint64_t nan = 0, inf = 0;
 
@@ -31,37 +30,39 @@ struct Buckets {
   }
 };
 
+namespace {
 // Fixed chunks (not one per thread): every chunk's buckets are merged into the total by
 // integer addition, so the thread count cannot change the result (nor could the order).
 constexpr int64_t kChunk = 1 << 16;
+}  // namespace
 
-// A bucket set as a number: bucket e's sum lands at bit 2(e-1) of the fixed-point integer.
-ExactSquareSum fold(const Buckets& bk) {
-  std::vector<uint64_t> acc(ExactSquareSum::kWords + 5, 0);  // 32-bit digits, carries pending
+// Bucket e's sum lands at bit 2(e-1) of the fixed-point integer: added 32 bits at a time into
+// the digits (each add < 2^32, carries settled once at the end).
+void ExactSquareSum::add_buckets(const Buckets& bk) {
+  std::array<uint64_t, kWords + 5> acc{};  // room for the top bucket's spill past the last word
   for (int e = 1; e < 255; ++e) {
     const unsigned __int128 v = bk.b[e];
     if (!v) continue;
     const int shift = 2 * (e - 1), word = shift / 32, bit = shift % 32;
-    const unsigned __int128 lo = v << bit;                                   // low 128 bits
-    const uint64_t hi = bit ? static_cast<uint64_t>(v >> (128 - bit)) : 0;   // the rest
+    const unsigned __int128 lo = v << bit;                                  // low 128 bits
+    const uint64_t hi = bit ? static_cast<uint64_t>(v >> (128 - bit)) : 0;  // the rest
     for (int k = 0; k < 4; ++k) acc[static_cast<size_t>(word + k)] += static_cast<uint32_t>(lo >> (32 * k));
     acc[static_cast<size_t>(word + 4)] += hi;
   }
-  std::vector<double> w(ExactSquareSum::kSerializedSize, 0.0);
   uint64_t carry = 0;
   for (size_t k = 0; k < acc.size(); ++k) {
     const uint64_t t = acc[k] + carry;
-    if (k < static_cast<size_t>(ExactSquareSum::kWords)) w[k] = static_cast<double>(t & 0xffffffffu);
+    if (k < static_cast<size_t>(kWords)) w_[k] += t & 0xffffffffu;
     else ZDL_CHECK(t == 0, "ExactSquareSum: overflow");
     carry = t >> 32;
   }
-  w[ExactSquareSum::kWords] = static_cast<double>(bk.nan);
-  w[ExactSquareSum::kWords + 1] = static_cast<double>(bk.inf);
-  return ExactSquareSum::from_words(w);
+  nan_ += bk.nan;
+  inf_ += bk.inf;
+  normalize();
 }
 
 template <class T, class Bits>
-void add_range(ExactSquareSum& total, int64_t n, const T* x, Bits bits_of) {
+void ExactSquareSum::add_range(int64_t n, const T* x, Bits bits_of) {
   if (n <= 0) return;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   // One bucket set per thread of parallel_for's team (or one when it runs on this thread).
@@ -71,13 +72,11 @@ void add_range(ExactSquareSum& total, int64_t n, const T* x, Bits bits_of) {
     Buckets& bk = parts[static_cast<size_t>(omp_get_level() > level ? omp_get_thread_num() : 0)];
     for (int64_t i = c0 * kChunk, end = std::min(n, c1 * kChunk); i < end; ++i) bk.add_bits(bits_of(x[i]));
   });
-  for (const Buckets& bk : parts) total.merge(fold(bk));  // integer sums: any order
+  for (const Buckets& bk : parts) add_buckets(bk);  // integer sums: any order
 }
 
-}  // namespace
-
 void ExactSquareSum::add(int64_t n, const float* x) {
-  add_range(*this, n, x, [](float v) {
+  add_range(n, x, [](float v) {
     uint32_t u;
     std::memcpy(&u, &v, 4);
     return u;
@@ -85,7 +84,7 @@ void ExactSquareSum::add(int64_t n, const float* x) {
 }
 
 void ExactSquareSum::add(int64_t n, const BFloat16* x) {
-  add_range(*this, n, x, [](BFloat16 v) { return static_cast<uint32_t>(v.bits) << 16; });
+  add_range(n, x, [](BFloat16 v) { return static_cast<uint32_t>(v.bits) << 16; });
 }
 
 void ExactSquareSum::merge(const ExactSquareSum& o) {
@@ -128,7 +127,6 @@ std::vector<double> ExactSquareSum::words() const {
 
 ExactSquareSum ExactSquareSum::from_words(const std::vector<double>& w) {
   ExactSquareSum s;
-  if (w.empty()) return s;
   ZDL_CHECK(static_cast<int>(w.size()) == kSerializedSize, "ExactSquareSum: expected ", kSerializedSize,
             " words, got ", w.size());
   for (int k = 0; k < kWords; ++k) {

@@ -47,6 +47,10 @@ class ExactSquareSum {
   static constexpr int kSerializedSize = kWords + 2;
 
  private:
+  struct Buckets;  // per-exponent sums of one thread's values (square_sum.cpp)
+  template <class T, class Bits>
+  void add_range(int64_t n, const T* x, Bits bits_of);
+  void add_buckets(const Buckets& b);
   void normalize();
   std::array<uint64_t, kWords> w_{};  // little-endian 32-bit digits (carries pending until normalize)
   uint64_t nan_ = 0, inf_ = 0;
