@@ -18,7 +18,7 @@ class CpuAllocator final : public Allocator {
     if (!p) throw OutOfMemoryError(detail::str("out of host memory allocating ", bytes, " bytes"));
     return p;
   }
-  void deallocate(void* ptr, size_t) override { std::free(ptr); }
+  void deallocate(void* ptr, size_t) noexcept override { std::free(ptr); }
 };
 
 }  // namespace

@@ -12,7 +12,9 @@ class Allocator {
  public:
   virtual ~Allocator() = default;
   virtual void* allocate(size_t bytes) = 0;
-  virtual void deallocate(void* ptr, size_t bytes) = 0;
+  // Never throws: it runs in destructors, also while an exception unwinds. A failure is
+  // recorded and reported by the next synchronize() (core/device.h).
+  virtual void deallocate(void* ptr, size_t bytes) noexcept = 0;
 };
 
 // The allocator serving a device; throws when the build lacks CUDA.
@@ -20,7 +22,7 @@ Allocator& allocator_for(Device device);
 
 constexpr size_t kCpuAlignment = 64;
 
-// Implemented in core/cuda_allocator.cpp when ZDL_CUDA is on.
+// Implemented in core/cuda_runtime.cpp when ZDL_CUDA is on (core/cuda_stub.cpp throws).
 Allocator& cuda_allocator();
 
 }  // namespace zdl

@@ -13,5 +13,12 @@
                                  ::zdl::detail::str("CUDA error: ", cudaGetErrorString(zdl_err_))); \
   } while (0)
 
-// After a kernel launch: catches bad launch configurations at the launch site.
-#define ZDL_CUDA_CHECK_LAUNCH() ZDL_CUDA_CHECK(cudaGetLastError())
+namespace zdl::detail {
+// Implemented in core/cuda_runtime.cpp: cudaGetLastError, and with ZDL_CUDA_SYNC_LAUNCHES=1 a
+// stream synchronization too, so a fault inside the kernel is blamed on its launch site.
+void check_launch(const char* file, int line, const char* function);
+}  // namespace zdl::detail
+
+// After a kernel launch: a bad launch configuration (and, in the debug mode, a fault in the
+// kernel) throws naming the launching function and file:line.
+#define ZDL_CUDA_CHECK_LAUNCH() ::zdl::detail::check_launch(__FILE__, __LINE__, __func__)

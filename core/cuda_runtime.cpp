@@ -1,9 +1,20 @@
 // CUDA build: device discovery, the stream-ordered allocator (cudaMallocAsync pools, so a
-// freed block is not handed out again before the work queued on its stream has run) and
-// byte copies. Streams beyond the default one arrive with the CUDA backend's stream manager.
+// freed block is not handed out again before the work queued on its stream has run), byte
+// copies, and the checks after kernel launches.
+//
+// Failure handling: a free runs in destructors (also while an exception unwinds), so it never
+// throws; its error is recorded (the first one wins), printed once, and thrown by the next
+// synchronize(). ZDL_CUDA_SYNC_LAUNCHES=1 synchronizes after every launch, so an asynchronous
+// fault is reported by the launch that caused it (slow: for finding a bug, not for training).
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <string>
 
 #include "core/allocator.h"
 #include "core/check.h"
@@ -13,22 +24,77 @@
 namespace zdl {
 
 int cuda_device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky "no device" error
-    return 0;
-  }
-  return n;
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the sticky "no device" error
+      return 0;
+    }
+    return n;
+  }();
+  return count;
 }
 
 bool cuda_available() { return cuda_device_count() > 0; }
 
 namespace {
 
+// The first CUDA error that could not be thrown where it happened.
+std::mutex g_error_mutex;
+std::string g_recorded_error;
+
+void record_error(const char* call, cudaError_t err) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(g_error_mutex);
+    if (!g_recorded_error.empty()) return;
+    g_recorded_error = detail::str(call, ": CUDA error: ", cudaGetErrorString(err));
+    std::fprintf(stderr, "zdl: %s (recorded; reported by the next synchronize)\n", g_recorded_error.c_str());
+    std::fflush(stderr);
+  } catch (...) {  // out of memory for the message: the error still shows at the next sync
+  }
+}
+
+void throw_recorded_error() {
+  std::string message;
+  {
+    std::lock_guard<std::mutex> lock(g_error_mutex);
+    message.swap(g_recorded_error);
+  }
+  if (!message.empty()) throw Error(message);
+}
+
+bool sync_after_every_launch() {
+  static const bool on = [] {
+    const char* v = std::getenv("ZDL_CUDA_SYNC_LAUNCHES");
+    return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+// The default pool of each device keeps what it holds: without a release threshold, memory
+// freed into the pool goes back to the driver at every synchronization and the next step
+// pays cudaMalloc's cost again.
+void keep_pool_memory() {
+  static std::atomic<uint64_t> configured{0};  // one bit per device (the first 64)
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return;
+  const uint64_t bit = uint64_t{1} << dev;
+  if (configured.load(std::memory_order_relaxed) & bit) return;
+  cudaMemPool_t pool = nullptr;
+  if (cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
+    uint64_t keep_all = UINT64_MAX;
+    ZDL_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+  } else {
+    (void)cudaGetLastError();
+  }
+  configured.fetch_or(bit, std::memory_order_relaxed);
+}
+
 class CudaAllocator final : public Allocator {
  public:
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
+    keep_pool_memory();
     void* p = nullptr;
     cudaError_t err = cudaMallocAsync(&p, bytes, cudaStreamPerThread);
     if (err == cudaErrorMemoryAllocation) {
@@ -38,8 +104,10 @@ class CudaAllocator final : public Allocator {
     ZDL_CUDA_CHECK(err);
     return p;
   }
-  void deallocate(void* ptr, size_t) override {
-    if (ptr) ZDL_CUDA_CHECK(cudaFreeAsync(ptr, cudaStreamPerThread));
+  void deallocate(void* ptr, size_t) noexcept override {
+    if (!ptr) return;
+    const cudaError_t err = cudaFreeAsync(ptr, cudaStreamPerThread);
+    if (err != cudaSuccess) record_error("cudaFreeAsync", err);
   }
 };
 
@@ -50,6 +118,41 @@ Allocator& cuda_allocator() {
   ZDL_CHECK(cuda_available(), "no CUDA device is visible (CUDA_VISIBLE_DEVICES, driver?)");
   return a;
 }
+
+DeviceInfo cuda_device_info(int index) {
+  DeviceInfo info{.name = detail::str("cuda:", index)};
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return info;
+  }
+  info.name = prop.name;
+  info.total_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  return info;
+}
+
+void cuda_synchronize() {
+  const cudaError_t err = cudaStreamSynchronize(cudaStreamPerThread);
+  if (err != cudaSuccess) {
+    throw_recorded_error();  // the earlier error is the cause; this one is its echo
+    throw Error(detail::str("CUDA error while waiting for the GPU: ", cudaGetErrorString(err),
+                            " (set ZDL_CUDA_SYNC_LAUNCHES=1 to find the kernel that caused it)"));
+  }
+  throw_recorded_error();
+}
+
+namespace detail {
+
+void check_launch(const char* file, int line, const char* function) {
+  cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess && sync_after_every_launch()) err = cudaStreamSynchronize(cudaStreamPerThread);
+  if (err != cudaSuccess)
+    throw_error(file, line, function,
+                str("CUDA error in the kernel launched by ", function, ": ", cudaGetErrorString(err),
+                    sync_after_every_launch() ? " (ZDL_CUDA_SYNC_LAUNCHES=1: the kernel itself failed)" : ""));
+}
+
+}  // namespace detail
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (bytes == 0) return;

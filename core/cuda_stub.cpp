@@ -25,4 +25,10 @@ void zero_bytes(void* dst, Device device, size_t bytes) {
   std::memset(dst, 0, bytes);
 }
 
+DeviceInfo cuda_device_info(int index) {
+  throw Error(detail::str("cuda:", index, ": this zerodl build has no CUDA support"));
+}
+
+void cuda_synchronize() {}  // nothing can be queued on a GPU
+
 }  // namespace zdl
