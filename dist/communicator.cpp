@@ -110,6 +110,19 @@ GpuSharing gpu_sharing(Communicator& mpi) {
 
 }  // namespace
 
+std::string Communicator::broadcast_string(const std::string& s, int root) {
+  ZDL_CHECK(root >= 0 && root < size(), prefix(), " broadcast_string: root ", root, " is not a rank of ", size());
+  const int64_t n = all_gather_i64(static_cast<int64_t>(s.size()))[static_cast<size_t>(root)];
+  std::string out(static_cast<size_t>(n), '\0');
+  for (int64_t at = 0; at < n; at += 8) {
+    uint64_t word = 0;
+    if (rank() == root) std::memcpy(&word, s.data() + at, static_cast<size_t>(std::min<int64_t>(8, n - at)));
+    word = static_cast<uint64_t>(all_gather_i64(static_cast<int64_t>(word))[static_cast<size_t>(root)]);
+    std::memcpy(out.data() + at, &word, static_cast<size_t>(std::min<int64_t>(8, n - at)));
+  }
+  return out;
+}
+
 int threads_per_rank(const Communicator& comm) { return std::max(1, omp_get_num_procs() / std::max(1, comm.local_size())); }
 
 namespace {

@@ -108,6 +108,9 @@ class Communicator {
   // with 8 bytes per value. Every rank passes the same count.
   virtual std::vector<double> all_reduce_sums(std::vector<double> values) = 0;
   double all_reduce_sum(double value) { return all_reduce_sums({value})[0]; }
+  // Rank `root`'s string on every rank (host-side, through all_gather_i64, 8 bytes a round:
+  // for messages, e.g. the error only one rank saw, on every backend).
+  std::string broadcast_string(const std::string& s, int root);
 
   void all_reduce(const Tensor& t) { all_reduce_async(t)->wait(); }
   void reduce_scatter(const Tensor& input, const Tensor& output) { reduce_scatter_async(input, output)->wait(); }

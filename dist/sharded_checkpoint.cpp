@@ -59,58 +59,27 @@ std::array<Tensor, 3> unit_states(ZeroPartitioner& zero, const ZeroAdamW& opt, s
 
 // ---- collective failure handling ----
 
-enum class FileProblem : int { Missing = 0, Truncated = 1, Corrupted = 2, Malformed = 3 };
-const char* problem_text(FileProblem p) {
-  switch (p) {
-    case FileProblem::Missing: return "is missing";
-    case FileProblem::Truncated: return "has the wrong size (truncated or overwritten)";
-    case FileProblem::Corrupted: return "is corrupted (FNV-1a 64 checksum mismatch)";
-    case FileProblem::Malformed: return "does not hold the entries layout.json lists";
-  }
-  return "is bad";
-}
-
-// An error about one file of the checkpoint: every rank can name it in its own error.
-class FileError : public Error {
- public:
-  FileError(const std::string& msg, int64_t file, FileProblem p) : Error(msg), file(file), problem(p) {}
-  int64_t file;
-  FileProblem problem;
-};
-
-constexpr int64_t kOk = -1, kOtherFailure = -2;
-
 // Runs f on this rank, then agrees with every rank on whether all succeeded (one all-gather,
-// which is also the barrier between phases). A failure anywhere throws on every rank: the
-// failing rank its own error, the others one that names the file or the rank, so no rank is
-// left waiting in a later collective.
+// which is also the barrier between phases). A failure anywhere throws on every rank, so no
+// rank is left waiting in a later collective: the failing rank its own error, the others the
+// first failing rank's (sent to them), so whichever rank prints says what went wrong.
 template <class F>
-void on_every_rank(Communicator& comm, const std::string& what, const std::vector<std::string>& file_names, F&& f) {
-  int64_t code = kOk;
+void on_every_rank(Communicator& comm, const std::string& what, F&& f) {
+  bool failed = false;
   std::string msg;
   try {
     f();
-  } catch (const FileError& e) {
-    code = e.file * 4 + static_cast<int>(e.problem);
-    msg = e.what();
   } catch (const std::exception& e) {  // zdl::Error, std::filesystem errors, JSON errors
-    code = kOtherFailure;
+    failed = true;
     msg = e.what();
   }
-  const std::vector<int64_t> codes = comm.all_gather_i64(code);
-  if (std::all_of(codes.begin(), codes.end(), [](int64_t c) { return c == kOk; })) return;
-  if (code != kOk) throw Error(detail::str(comm.prefix(), " ", what, ": ", msg));
-  for (size_t r = 0; r < codes.size(); ++r) {
-    if (codes[r] == kOk) continue;
-    if (codes[r] >= 0) {
-      const int64_t file = codes[r] / 4;
-      const std::string name = file < static_cast<int64_t>(file_names.size()) ? file_names[file] : "?";
-      throw Error(detail::str(comm.prefix(), " ", what, ": '", name, "' ",
-                              problem_text(static_cast<FileProblem>(codes[r] % 4)), " (found by rank ", r,
-                              "; see its error)"));
-    }
-    throw Error(detail::str(comm.prefix(), " ", what, ": rank ", r, " failed (see its error); stopping here too"));
-  }
+  const std::vector<int64_t> failures = comm.all_gather_i64(failed ? 1 : 0);
+  const auto first = std::find(failures.begin(), failures.end(), 1);
+  if (first == failures.end()) return;
+  const int r = static_cast<int>(first - failures.begin());
+  const std::string theirs = comm.broadcast_string(msg, r);
+  if (failed) throw Error(detail::str(comm.prefix(), " ", what, ": ", msg));
+  throw Error(detail::str(comm.prefix(), " ", what, ": rank ", r, " failed: ", theirs));
 }
 
 // ---- layout.json ----
@@ -151,11 +120,6 @@ struct Layout {
   std::vector<std::string> unit_order;    // unit names as saved
   std::vector<LayoutFile> files;          // index = rank
   std::map<std::string, std::vector<Piece>> pieces;  // param -> sorted, tiling [0, numel)
-  std::vector<std::string> file_names() const {
-    std::vector<std::string> out;
-    for (auto& f : files) out.push_back(f.name);
-    return out;
-  }
 };
 
 // [Note: train-state checksum] The rank files carry checksums; the train state lives in
@@ -303,36 +267,23 @@ void check_same_model(const Layout& L, ZeroPartitioner& zero, const std::string&
 std::unique_ptr<io::SafetensorsReader> open_verified(const Layout& L, size_t fi) {
   const LayoutFile& lf = L.files[fi];
   const std::string path = (fs::path(L.dir) / lf.name).string();
-  const int64_t i = static_cast<int64_t>(fi);
-  if (!fs::exists(path))
-    throw FileError(detail::str("rank file '", path, "' is missing"), i, FileProblem::Missing);
+  ZDL_CHECK(fs::exists(path), "rank file '", path, "' is missing");
   const uint64_t have = fs::file_size(path);
-  if (have != lf.bytes)
-    throw FileError(detail::str("rank file '", path, "' is ", have, " bytes but ", lf.bytes, " were written (",
-                                have < lf.bytes ? "truncated" : "overwritten", ")"),
-                    i, FileProblem::Truncated);
+  ZDL_CHECK(have == lf.bytes, "rank file '", path, "' is ", have, " bytes but ", lf.bytes, " were written (",
+            have < lf.bytes ? "truncated" : "overwritten", ")");
   const std::string sum = io::hex64(io::fnv1a64_file(path));
-  if (sum != lf.fnv1a64)
-    throw FileError(detail::str("rank file '", path, "' is corrupted (FNV-1a 64 checksum ", sum, " != recorded ",
-                                lf.fnv1a64, ")"),
-                    i, FileProblem::Corrupted);
-  std::unique_ptr<io::SafetensorsReader> r;
-  try {
-    r = std::make_unique<io::SafetensorsReader>(path);
-    for (auto& e : lf.entries)
-      for (const char* st : kStates) {
-        const io::SafetensorsEntry& se = r->entry(entry_name(e.param, st, e.begin));
-        ZDL_CHECK(se.dtype == L.master_dtype && se.shape == Shape{e.end - e.begin}, "rank file '", path, "': '",
-                  se.name, "' is ", io::safetensors_dtype_name(se.dtype), " ", shape_str(se.shape),
-                  " but layout.json says ", io::safetensors_dtype_name(L.master_dtype), " [", e.end - e.begin, "]");
-      }
-    ZDL_CHECK(r->header().entries.size() == 3 * lf.entries.size(), "rank file '", path, "' holds ",
-              r->header().entries.size(), " tensors, layout.json lists ", 3 * lf.entries.size());
-  } catch (const FileError&) {
-    throw;
-  } catch (const Error& e) {
-    throw FileError(e.what(), i, FileProblem::Malformed);
-  }
+  ZDL_CHECK(sum == lf.fnv1a64, "rank file '", path, "' is corrupted (FNV-1a 64 checksum ", sum, " != recorded ",
+            lf.fnv1a64, ")");
+  auto r = std::make_unique<io::SafetensorsReader>(path);
+  for (auto& e : lf.entries)
+    for (const char* st : kStates) {
+      const io::SafetensorsEntry& se = r->entry(entry_name(e.param, st, e.begin));
+      ZDL_CHECK(se.dtype == L.master_dtype && se.shape == Shape{e.end - e.begin}, "rank file '", path, "': '",
+                se.name, "' is ", io::safetensors_dtype_name(se.dtype), " ", shape_str(se.shape),
+                " but layout.json says ", io::safetensors_dtype_name(L.master_dtype), " [", e.end - e.begin, "]");
+    }
+  ZDL_CHECK(r->header().entries.size() == 3 * lf.entries.size(), "rank file '", path, "' holds ",
+            r->header().entries.size(), " tensors, layout.json lists ", 3 * lf.entries.size());
   return r;
 }
 
@@ -394,7 +345,24 @@ Shape zdl_shape(const io::Gpt2Tensor& t, const nn::GPTConfig& cfg) {
   return t.file_shape;
 }
 
+// The output must not land inside the checkpoint it is read from (or its staging and backup
+// siblings): writing over a shard or layout.json would destroy the input while reading it.
+void check_output_outside(const std::string& dir, const std::string& out_path) {
+  std::error_code ec;
+  const fs::path out = fs::weakly_canonical(out_path, ec);
+  if (ec) return;  // the write reports an unusable path itself
+  for (const char* suffix : {"", ".saving", ".old"}) {
+    const fs::path d = fs::weakly_canonical(*suffix ? io::checkpoint_sibling(dir, suffix) : dir, ec);
+    if (ec) continue;
+    const bool inside = std::mismatch(d.begin(), d.end(), out.begin(), out.end()).first == d.end();
+    ZDL_CHECK(!inside, "consolidate_sharded('", dir, "'): the output '", out_path,
+              "' is inside the checkpoint directory it reads ('", d.string(),
+              "'); writing there would destroy the input: choose a path outside it");
+  }
+}
+
 void consolidate_impl(const std::string& dir, const std::string& out_path) {
+  check_output_outside(dir, out_path);
   Layout L = read_layout(dir);
   index_pieces(L);
   const nn::GPTConfig cfg = gpt_config_of(L, dir);
@@ -463,29 +431,26 @@ void consolidate_impl(const std::string& dir, const std::string& out_path) {
 
 // ---- save / load ----
 
-void save_files_and_swap(const std::string& dir, const std::string& saving, const std::string& old,
-                         const std::string& parent, const std::vector<std::string>& names, ZeroPartitioner& zero,
+void save_files_and_swap(const std::string& dir, const std::string& saving, const std::vector<std::string>& names,
+                         ZeroPartitioner& zero,
                          const ZeroAdamW& opt, const io::TrainState& state);
 
 void save_impl(const std::string& dir, ZeroPartitioner& zero, const ZeroAdamW& opt, const io::TrainState& state) {
   Communicator& comm = zero.comm();
   const int N = comm.size(), rank = comm.rank();
   const std::string what = "save_sharded('" + dir + "')";
-  const std::string parent = io::checkpoint_parent(dir), saving = io::checkpoint_sibling(dir, ".saving"), old = io::checkpoint_sibling(dir, ".old");
+  const std::string saving = io::checkpoint_sibling(dir, ".saving");
   std::vector<std::string> names;
   for (int r = 0; r < N; ++r) names.push_back(rank_file_name(r, N));
 
   // 1. Rank 0 makes a fresh staging directory (removing debris of an interrupted save).
-  on_every_rank(comm, what, names, [&] {
+  on_every_rank(comm, what, [&] {
     if (rank != 0) return;
-    fs::create_directories(parent);
-    fs::remove_all(saving);
-    if (fs::exists(dir)) fs::remove_all(old);  // only a backup while <dir> itself is missing
-    fs::create_directory(saving);
+    io::prepare_staging(dir);
   });
 
   try {
-    save_files_and_swap(dir, saving, old, parent, names, zero, opt, state);
+    save_files_and_swap(dir, saving, names, zero, opt, state);
   } catch (...) {
     // A failed save (a full disk, a write error on any rank) leaves no debris: on_every_rank has
     // agreed on the failure, so no rank still writes there, and rank 0 removes the staging
@@ -498,8 +463,8 @@ void save_impl(const std::string& dir, ZeroPartitioner& zero, const ZeroAdamW& o
   }
 }
 
-void save_files_and_swap(const std::string& dir, const std::string& saving, const std::string& old,
-                         const std::string& parent, const std::vector<std::string>& names, ZeroPartitioner& zero,
+void save_files_and_swap(const std::string& dir, const std::string& saving, const std::vector<std::string>& names,
+                         ZeroPartitioner& zero,
                          const ZeroAdamW& opt, const io::TrainState& state) {
   Communicator& comm = zero.comm();
   const int N = comm.size(), rank = comm.rank();
@@ -507,7 +472,7 @@ void save_files_and_swap(const std::string& dir, const std::string& saving, cons
   // 2. Every rank writes its blocks (views of its masters and moments, no copies; states on a GPU
   // are copied to the host tensor by tensor as the file is written).
   uint64_t bytes = 0, sum = 0;
-  on_every_rank(comm, what, names, [&] {
+  on_every_rank(comm, what, [&] {
     NoGradGuard ng;
     io::NamedTensors tensors;
     for (size_t i = 0; i < zero.units().size(); ++i) {
@@ -529,7 +494,7 @@ void save_files_and_swap(const std::string& dir, const std::string& saving, cons
   const std::vector<int64_t> all_sums = comm.all_gather_i64(std::bit_cast<int64_t>(sum));
 
   // 3. Rank 0 writes the layout and swaps the staging directory into place.
-  on_every_rank(comm, what, names, [&] {
+  on_every_rank(comm, what, [&] {
     if (rank != 0) return;
     ordered_json j = ordered_json::object();
     j["format"] = kFormat;
@@ -568,17 +533,7 @@ void save_files_and_swap(const std::string& dir, const std::string& saving, cons
     w.write(text.data(), text.size());
     w.commit();  // also fsyncs `saving`
 
-    if (fs::exists(dir)) {
-      if (io::exchange_paths(saving, dir)) {
-        io::fsync_directory(parent);
-        fs::remove_all(saving);  // now the previous checkpoint
-        return;
-      }
-      io::rename_path(dir, old);  // no RENAME_EXCHANGE: load falls back to `old` until the next line
-    }
-    io::rename_path(saving, dir);
-    io::fsync_directory(parent);
-    fs::remove_all(old);
+    io::swap_into_place(dir);
   });
 }
 
@@ -589,12 +544,8 @@ io::TrainState load_impl(const std::string& dir, ZeroPartitioner& zero, ZeroAdam
   std::unique_ptr<RankFiles> files;
 
   // 1. Everything that can be checked before a value is read: format, model, this rank's files.
-  // (`names` is filled inside: a rank that finds a bad file reports it by index, and the
-  // others name it from their own copy of the layout.)
-  std::vector<std::string> names;
-  on_every_rank(comm, what, names, [&] {
+  on_every_rank(comm, what, [&] {
     L = read_layout(dir);
-    names = L.file_names();
     check_same_model(L, zero, dir);
     index_pieces(L);
     files = std::make_unique<RankFiles>(L);
@@ -606,7 +557,7 @@ io::TrainState load_impl(const std::string& dir, ZeroPartitioner& zero, ZeroAdam
   });
   // 2. Fill this rank's masters and moments (padding stays zero). Files are read on the host:
   // states on a GPU are filled through host copies, one unit at a time.
-  on_every_rank(comm, what, names, [&] {
+  on_every_rank(comm, what, [&] {
     NoGradGuard ng;
     for (size_t i = 0; i < zero.units().size(); ++i) {
       const ParamUnit* u = zero.units()[i].get();

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "nn/batch_position.h"
 
@@ -42,6 +43,21 @@ double Trainer::forward_backward(int64_t step, const BatchFn& batch, const LossF
   double sum = 0;
   for (double l : zero_.comm().all_reduce_sums(std::move(losses))) sum += l;
   return sum / static_cast<double>(A * zero_.comm().size());
+}
+
+double Trainer::evaluate(nn::Module& model, int64_t num_batches, const EvalBatchFn& batch, const LossFn& loss_fn) {
+  ZDL_CHECK(num_batches > 0, zero_.comm().prefix(), " Trainer::evaluate: num_batches must be >= 1, got ", num_batches);
+  NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  double total = 0;
+  for (int64_t i = 0; i < num_batches; ++i) {
+    auto [inputs, targets] = batch(i);
+    total += loss_fn(inputs, targets).item();
+  }
+  model.train(was_training);
+  CommPhaseScope metrics(CommPhase::Metrics);
+  return zero_.comm().all_reduce_sum(total) / static_cast<double>(num_batches * zero_.comm().size());
 }
 
 StepResult Trainer::step(int64_t step, const BatchFn& batch, const LossFn& loss) {

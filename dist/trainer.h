@@ -58,6 +58,12 @@ class Trainer {
   // step's mean loss. For drivers that look at gradients before stepping.
   double forward_backward(int64_t step, const BatchFn& batch, const LossFn& loss);
 
+  // The mean loss over `num_batches` evaluation batches, over all ranks: batch(i) returns this
+  // rank's rows of batch i. `model` runs in eval mode (no dropout) without a graph, and is put
+  // back in the mode it was in. Collective (every rank runs the model: ZeRO-3 gathers).
+  using EvalBatchFn = std::function<Batch(int64_t index)>;
+  double evaluate(nn::Module& model, int64_t num_batches, const EvalBatchFn& batch, const LossFn& loss);
+
   // N x A x b: the sequences one step trains on.
   int64_t sequences_per_step() const;
   const TrainerOptions& options() const { return options_; }

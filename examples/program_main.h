@@ -66,20 +66,6 @@ void agree_on_usage(dist::Communicator& comm, F&& f) {
 // first rank that has another value, whose value rank 0 receives to name both. Paths
 // (`path_flags`) may differ between hosts: only whether they are given must agree (their files'
 // contents are compared where they are read, e.g. the data's fingerprint).
-// rank `root`'s string on every rank (collective).
-inline std::string broadcast_string(dist::Communicator& comm, const std::string& s, int root) {
-  Tensor len = Tensor::full({1}, static_cast<double>(s.size()), DType::I64);
-  comm.broadcast(len, root);
-  const int64_t n = static_cast<int64_t>(len.to_vector()[0]);
-  Tensor bytes = Tensor::zeros({std::max<int64_t>(n, 1)}, DType::I64);
-  if (comm.rank() == root)
-    for (int64_t i = 0; i < n; ++i) bytes.data<int64_t>()[i] = static_cast<unsigned char>(s[static_cast<size_t>(i)]);
-  comm.broadcast(bytes, root);
-  std::string out(static_cast<size_t>(n), '\0');
-  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = static_cast<char>(bytes.data<int64_t>()[i]);
-  return out;
-}
-
 inline void agree_on_flags(dist::Communicator& comm, const CLI::App& app, const std::vector<std::string>& path_flags) {
   if (comm.size() == 1) return;
   std::vector<std::pair<std::string, std::string>> flags;  // (name, value as the rank sees it)
@@ -102,7 +88,7 @@ inline void agree_on_flags(dist::Communicator& comm, const CLI::App& app, const 
     for (int r = 1; r < comm.size() && other == 0; ++r)
       if (hashes[static_cast<size_t>(r)] != hashes[0]) other = r;
     if (other == 0) continue;
-    const std::string theirs = broadcast_string(comm, value, other);
+    const std::string theirs = comm.broadcast_string(value, other);
     throw UsageError(detail::str("ranks disagree on ", name, ": rank 0 has ", value, ", rank ", other, " has ", theirs,
                                  "; every rank must be started with the same flags"));
   }

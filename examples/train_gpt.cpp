@@ -10,27 +10,16 @@
 //   mpirun -np 8 train_gpt --device cuda --zero-stage 3    # one rank per GPU (NCCL)
 //
 // Exit codes: 0 done, 2 bad input (flags, files, configs), 1 failure during training.
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <map>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#ifdef ZDL_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
 
 #include "data/byte_tokenizer.h"
 #include "data/default_corpus.h"
@@ -44,6 +33,8 @@
 #include "examples/program_main.h"
 #include "io/checkpoint_dir.h"
 #include "io/gpt2_format.h"
+#include "io/metrics_log.h"
+#include "io/progress.h"
 #include "nn/gpt.h"
 #include "nn/sampling.h"
 #include "optim/schedule.h"
@@ -103,105 +94,6 @@ struct Args {
 
 using examples::UsageError;
 
-// Writes one JSON object per line; flushed so a crashed run keeps its log.
-class MetricsLog {
- public:
-  // Rank 0 writes `path`; with all_ranks, rank r > 0 writes `path` with ".rank<r>" before the
-  // extension; other ranks write nothing.
-  MetricsLog(std::string path, int rank, bool all_ranks) {
-    if (path.empty() || (rank > 0 && !all_ranks)) return;
-    if (rank > 0) {
-      auto dot = path.find_last_of('.');
-      auto slash = path.find_last_of('/');
-      std::string suffix = ".rank" + std::to_string(rank);
-      if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) path += suffix;
-      else path.insert(dot, suffix);
-    }
-    out_.open(path, std::ios::app);
-    if (!out_) throw UsageError("cannot open metrics file '" + path + "' for writing");
-  }
-  void write(const json& j) {
-    if (out_.is_open()) out_ << j.dump() << "\n" << std::flush;
-  }
-
- private:
-  std::ofstream out_;
-};
-
-// One line per report: updated in place on a terminal, plain lines in a log.
-class Progress {
- public:
-  Progress(int64_t total, int64_t log_every, bool quiet)
-      : total_(total), tty_(isatty(fileno(stdout))), every_(log_every), quiet_(quiet) {
-    if (every_ <= 0) every_ = std::max<int64_t>(1, total / 20);
-    start_ = std::chrono::steady_clock::now();
-  }
-  // mfu < 0: not known (CPU runs, GPUs without a peak), left out of the line.
-  void step(int64_t step, int64_t first_step, double loss, double lr, double tok_s, double mfu = -1) {
-    if (quiet_) return;
-    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    double per = elapsed / static_cast<double>(step - first_step + 1);
-    double eta = per * static_cast<double>(total_ - step - 1);
-    char mfu_text[32] = "";
-    if (mfu >= 0) std::snprintf(mfu_text, sizeof mfu_text, "  MFU %.1f%%", 100 * mfu);
-    char line[256];
-    std::snprintf(line, sizeof line, "step %5lld/%lld  loss %.4f  lr %.2e  %.0f tok/s%s  ETA %s",
-                  static_cast<long long>(step + 1), static_cast<long long>(total_), loss, lr, tok_s, mfu_text,
-                  fmt(eta).c_str());
-    if (tty_) {
-      std::printf("\r%s\033[K", line);
-      if (step + 1 == total_) std::printf("\n");
-      std::fflush(stdout);
-    } else if ((step + 1) % every_ == 0 || step == first_step || step + 1 == total_) {
-      std::printf("%s\n", line);
-      std::fflush(stdout);
-    }
-  }
-  void message(const std::string& m) {
-    if (quiet_) return;
-    std::printf(tty_ ? "\r%s\033[K\n" : "%s\n", m.c_str());
-    std::fflush(stdout);
-  }
-
- private:
-  static std::string fmt(double s) {
-    char b[32];
-    if (!std::isfinite(s) || s < 0) return "?";
-    if (s >= 100.0 * 86400) return ">100d";
-    if (s >= 86400) {
-      std::snprintf(b, sizeof b, "%dd%02dh", static_cast<int>(s / 86400), static_cast<int>(s / 3600) % 24);
-      return b;
-    }
-    if (s < 60) std::snprintf(b, sizeof b, "%.0fs", s);
-    else if (s < 3600) std::snprintf(b, sizeof b, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
-    else std::snprintf(b, sizeof b, "%dh%02dm", static_cast<int>(s) / 3600, (static_cast<int>(s) % 3600) / 60);
-    return b;
-  }
-  int64_t total_;
-  bool tty_;
-  int64_t every_;
-  bool quiet_;
-  std::chrono::steady_clock::time_point start_;
-};
-
-// Mean loss over `n` sequential batches of a split (no dropout, no graph), over all ranks:
-// each rank scores its rows of every global batch.
-double evaluate(nn::GPT& model, const data::TokenDataset& ds, dist::Communicator& comm, data::Split split, int64_t n,
-                Device dev) {
-  NoGradGuard ng;
-  bool was_training = model.is_training();
-  model.eval();
-  n = std::min(n, ds.num_eval_batches(split));
-  ZDL_CHECK(n > 0, "evaluation: the ", data::split_name(split), " split holds fewer than one batch of tokens");
-  double total = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    data::Batch b = ds.eval_batch(split, i);
-    total += model.loss(b.inputs.to(dev), b.targets.to(dev)).item();
-  }
-  model.train(was_training);
-  return comm.all_reduce_sum(total) / static_cast<double>(n * comm.size());
-}
-
 // "step 7: loss nan, non-finite gradients in h.1 (on 1 of 2 ranks), <root> (on 2 of 2 ranks)".
 std::string nonfinite_report(const dist::StepResult& r, int64_t step, int world) {
   std::string s = detail::str("step ", step + 1, ": loss ", r.loss, ", ");
@@ -239,62 +131,6 @@ void install_fault_nan_grad(const std::string& spec, nn::Module& model, dist::Co
   });
 }
 
-// This rank's GPU: its name, memory and peak dense bf16 throughput (for MFU).
-struct GpuInfo {
-  std::string name;
-  double total_bytes = 0;
-  double peak_tflops = 0;  // 0: not in the table
-};
-
-// Peak dense bf16 tensor-core TFLOP/s by GPU name (NVIDIA's data sheets; sparsity not counted).
-// llm.c's MFU divides by the same numbers.
-double peak_bf16_tflops(const std::string& name) {
-  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
-  if (has("H200")) return 989;
-  if (has("H100")) return has("PCIe") ? 756 : has("NVL") ? 835 : 989;  // SXM ("H100 80GB HBM3"): 989
-  if (has("GH200")) return 989;
-  if (has("A100")) return 312;
-  if (has("A10G")) return 70;
-  if (has("L40S")) return 362;
-  if (has("RTX 4090")) return 165;
-  return 0;
-}
-
-GpuInfo gpu_info([[maybe_unused]] Device dev) {
-  GpuInfo g;
-#ifdef ZDL_WITH_CUDA
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, dev.index) == cudaSuccess) {
-    g.name = prop.name;
-    g.total_bytes = static_cast<double>(prop.totalGlobalMem);
-    g.peak_tflops = peak_bf16_tflops(g.name);
-  } else {
-    (void)cudaGetLastError();
-  }
-#endif
-  return g;
-}
-
-// Waits for the work queued on this thread's GPU stream (step timings measure finished work).
-void sync_device([[maybe_unused]] Device dev) {
-#ifdef ZDL_WITH_CUDA
-  if (!dev.is_cuda()) return;
-  const cudaError_t err = cudaStreamSynchronize(cudaStreamPerThread);
-  if (err != cudaSuccess)
-    throw Error(detail::str("CUDA error at the end of a step on ", dev.str(), ": ", cudaGetErrorString(err)));
-#endif
-}
-
-// Model FLOPs utilization as llm.c estimates it: 6 N + 6 L C T floating-point operations per
-// token (N parameters: forward 2N and backward 4N of the matrix products; attention's scores
-// and weighted sums 6 L C T), times tokens/s, over the GPU's peak dense bf16 rate.
-double mfu(const nn::GPTConfig& c, int64_t num_params, int64_t seq, double tokens_per_s, double peak_tflops) {
-  const double flops_per_token = 6.0 * static_cast<double>(num_params) +
-                                 6.0 * static_cast<double>(c.n_layer) * static_cast<double>(c.n_embd) *
-                                     static_cast<double>(seq);
-  return flops_per_token * tokens_per_s / (peak_tflops * 1e12);
-}
-
 // A model whose states alone cannot fit in this machine's memory (or its GPU's) cannot work:
 // said at startup, not by a failed allocation (or the OOM killer) part way through building it.
 // The bound is the least any ZeRO stage needs on one rank: 16 bytes per parameter (value,
@@ -304,8 +140,7 @@ void check_model_fits_in_memory(const nn::GPTConfig& c, const Args& a, int world
   const double params = c.num_parameters();
   const double logits = static_cast<double>(std::max<int64_t>(1, a.batch / world)) * static_cast<double>(a.seq) * V * 8;
   const double need = 16 * params / world + logits;
-  const double have = dev.is_cuda() ? gpu_info(dev).total_bytes
-                                    : static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  const double have = static_cast<double>(device_info(dev).total_bytes);
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
   if (have > 0 && need > have)
     throw UsageError(detail::str("the model (n_layer ", c.n_layer, ", n_embd ", c.n_embd, ", context ", c.block_size, ": ",
@@ -330,113 +165,96 @@ void check_data_size(const io::TrainState& st, const std::string& path) {
                                " then): it changed since the checkpoint; resume on the data the run was trained on"));
 }
 
-// --save DIR must be a place this run can write and later replace: checked at startup (rank 0),
-// so a typo or a read-only disk fails now, not at the first save hours later. An existing
-// directory that is not a checkpoint is refused, because a save replaces the directory whole.
-void check_save_dir(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path p(dir);
-  if (fs::exists(p, ec)) {
-    if (!fs::is_directory(p, ec)) throw UsageError("--save: '" + dir + "' exists and is not a directory");
-    if (!fs::is_empty(p, ec) && !fs::exists(p / "layout.json", ec))
-      throw UsageError("--save: '" + dir + "' is a non-empty directory that is not a zdl checkpoint (no layout.json); " +
-                       "a save replaces the whole directory, so choose a new or empty one");
-  }
-  const std::string parent = io::checkpoint_parent(dir);
-  fs::create_directories(parent, ec);
-  if (ec) throw UsageError("--save: cannot create the directory '" + parent + "' for '" + dir + "': " + ec.message());
-  std::string probe = parent + "/.zdl-save-probe.XXXXXX";
-  const int fd = ::mkstemp(probe.data());
-  if (fd < 0)
-    throw UsageError("--save: cannot write in '" + parent + "' (where '" + dir + "' goes): " + std::strerror(errno));
-  ::close(fd);
-  ::unlink(probe.c_str());
-}
-
-int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
-  Args a = args;
-  const bool lead = comm.rank() == 0;
-  auto say = [&](const std::string& m) {
-    if (lead) std::printf("%s\n", m.c_str());
-  };
-  // This rank's device: its GPU (local rank % device count, made current by dist::init) or the CPU.
-  const Device dev = a.device == "cuda" ? comm.device() : Device::cpu();
-  const GpuInfo gpu = dev.is_cuda() ? gpu_info(dev) : GpuInfo{};
-  const double peak_tflops = a.peak_tflops > 0 ? a.peak_tflops : gpu.peak_tflops;
-  // ---- configuration (errors here are the user's input: exit 2) ----
+// What the flags and files make of a run: the model, the data, the checkpoint it resumes.
+struct Setup {
   std::optional<io::TrainState> resumed;
   nn::GPTConfig cfg;
   DType dtype = DType::F32;
   std::string data_path;
   std::unique_ptr<data::TokenDataset> ds;
-  std::optional<MetricsLog> metrics_log;
+  std::unique_ptr<io::MetricsLog> metrics;
+};
+
+// The model's config: the checkpoint's (--resume), the GPT-2 file's (--init-from) or the flags'.
+// A shape flag that disagrees with a checkpoint or a file is refused, never silently ignored.
+nn::GPTConfig model_config(Args& a, const CLI::App& app, std::optional<io::TrainState>& resumed) {
   auto given = [&](const char* flag) { return app.count(flag) > 0; };
-  // Every rank checks its own input (a path, a file, a checkpoint may differ between hosts) and
-  // the ranks agree on the outcome: a problem on one rank ends every rank at once with that
-  // rank's message ([Note: ranks that disagree] in examples/program_main.h), not a hang in the
-  // first collective the failed rank never joins.
-  examples::agree_on_usage(comm, [&] {
-    if (!a.resume.empty()) {
-      if (!std::filesystem::exists(a.resume)) throw UsageError("--resume: no checkpoint at '" + a.resume + "'");
-      uint64_t saved_seed = 0;
-      try {
-        resumed = dist::read_sharded_train_state(a.resume);
-        cfg = io::gpt_config_from_json(resumed->metadata.at("config"), "the checkpoint's model config");
-        // The run's seed fixes init, data order and dropout: a resumed run keeps its own.
-        saved_seed = std::stoull(resumed->metadata.at("seed"));
-      } catch (const std::exception& e) {
-        throw UsageError(std::string("--resume: ") + e.what());
-      }
-      if (given("--seed") && a.seed != saved_seed)
-        throw UsageError(detail::str("--seed ", a.seed, " differs from the checkpoint's seed ", saved_seed,
-                                     " (a resumed run keeps its seed: data order and dropout depend on it; drop the flag)"));
-      a.seed = saved_seed;
-      if (!a.init_from.empty()) throw UsageError("--init-from and --resume exclude each other (the checkpoint holds the weights)");
-      // The model comes from the checkpoint: a shape flag that disagrees would be silently ignored.
-      auto check_flag = [&](const char* flag, auto flag_value, auto saved_value) {
-        if (given(flag) && flag_value != saved_value)
-          throw UsageError(detail::str(flag, " ", flag_value, " differs from ", saved_value, " in the checkpoint '",
-                                       a.resume, "' (a resumed run keeps its model; drop the flag)"));
-      };
-      check_flag("--n-layer", a.n_layer, cfg.n_layer);
-      check_flag("--n-head", a.n_head, cfg.n_head);
-      check_flag("--n-embd", a.n_embd, cfg.n_embd);
-      check_flag("--dropout", a.dropout, cfg.dropout);
-      check_flag("--vocab-size", a.vocab_size, cfg.vocab_size);
-      if (given("--vocab-multiple") &&
-          (a.vocab_multiple > 1 ? data::padded_vocab(cfg.vocab_size, a.vocab_multiple) : cfg.vocab_size) != cfg.padded_vocab())
-        throw UsageError(detail::str("--vocab-multiple ", a.vocab_multiple, " does not give the checkpoint's padded vocabulary ",
-                                     cfg.padded_vocab(), " ('", a.resume, "'; drop the flag)"));
-    } else if (!a.init_from.empty()) {
-      if (!std::filesystem::exists(a.init_from)) throw UsageError("--init-from: no file '" + a.init_from + "'");
-      if (std::filesystem::is_directory(a.init_from))
-        throw UsageError("--init-from: '" + a.init_from + "' is a directory; it takes one GPT-2 safetensors file " +
-                         "(continue a sharded checkpoint with --resume, or consolidate it with consolidate_checkpoint)");
-      io::GPT2ConfigOverrides ov;
-      if (given("--n-head")) ov.n_head = a.n_head;
-      ov.dropout = a.dropout;
-      try {
-        cfg = io::config_from_gpt2_file(a.init_from, ov);
-      } catch (const std::exception& e) {  // not a GPT-2 file: a checkpoint directory, another model's file
-        throw UsageError(std::string("--init-from: ") + e.what());
-      }
-      auto check_flag = [&](const char* flag, int64_t flag_value, int64_t file_value) {
-        if (given(flag) && flag_value != file_value)
-          throw UsageError(detail::str(flag, " ", flag_value, " differs from ", file_value, " in ", a.init_from));
-      };
-      check_flag("--n-layer", a.n_layer, cfg.n_layer);
-      check_flag("--n-embd", a.n_embd, cfg.n_embd);
-      check_flag("--vocab-size", a.vocab_size, cfg.vocab_size);
-    } else {
-      cfg.vocab_size = a.vocab_size > 0 ? a.vocab_size : data::ByteTokenizer::kVocabSize;
-      cfg.padded_vocab_size = a.vocab_multiple > 1 ? data::padded_vocab(cfg.vocab_size, a.vocab_multiple) : 0;
-      cfg.block_size = a.seq;
-      cfg.n_layer = a.n_layer;
-      cfg.n_head = a.n_head;
-      cfg.n_embd = a.n_embd;
-      cfg.dropout = a.dropout;
+  nn::GPTConfig cfg;
+  if (!a.resume.empty()) {
+    if (!std::filesystem::exists(a.resume)) throw UsageError("--resume: no checkpoint at '" + a.resume + "'");
+    uint64_t saved_seed = 0;
+    try {
+      resumed = dist::read_sharded_train_state(a.resume);
+      cfg = io::gpt_config_from_json(resumed->metadata.at("config"), "the checkpoint's model config");
+      // The run's seed fixes init, data order and dropout: a resumed run keeps its own.
+      saved_seed = std::stoull(resumed->metadata.at("seed"));
+    } catch (const std::exception& e) {
+      throw UsageError(std::string("--resume: ") + e.what());
     }
+    if (given("--seed") && a.seed != saved_seed)
+      throw UsageError(detail::str("--seed ", a.seed, " differs from the checkpoint's seed ", saved_seed,
+                                   " (a resumed run keeps its seed: data order and dropout depend on it; drop the flag)"));
+    a.seed = saved_seed;
+    if (!a.init_from.empty()) throw UsageError("--init-from and --resume exclude each other (the checkpoint holds the weights)");
+    // The model comes from the checkpoint: a shape flag that disagrees would be silently ignored.
+    auto check_flag = [&](const char* flag, auto flag_value, auto saved_value) {
+      if (given(flag) && flag_value != saved_value)
+        throw UsageError(detail::str(flag, " ", flag_value, " differs from ", saved_value, " in the checkpoint '",
+                                     a.resume, "' (a resumed run keeps its model; drop the flag)"));
+    };
+    check_flag("--n-layer", a.n_layer, cfg.n_layer);
+    check_flag("--n-head", a.n_head, cfg.n_head);
+    check_flag("--n-embd", a.n_embd, cfg.n_embd);
+    check_flag("--dropout", a.dropout, cfg.dropout);
+    check_flag("--vocab-size", a.vocab_size, cfg.vocab_size);
+    if (given("--vocab-multiple") &&
+        (a.vocab_multiple > 1 ? data::padded_vocab(cfg.vocab_size, a.vocab_multiple) : cfg.vocab_size) != cfg.padded_vocab())
+      throw UsageError(detail::str("--vocab-multiple ", a.vocab_multiple, " does not give the checkpoint's padded vocabulary ",
+                                   cfg.padded_vocab(), " ('", a.resume, "'; drop the flag)"));
+  } else if (!a.init_from.empty()) {
+    if (!std::filesystem::exists(a.init_from)) throw UsageError("--init-from: no file '" + a.init_from + "'");
+    if (std::filesystem::is_directory(a.init_from))
+      throw UsageError("--init-from: '" + a.init_from + "' is a directory; it takes one GPT-2 safetensors file " +
+                       "(continue a sharded checkpoint with --resume, or consolidate it with consolidate_checkpoint)");
+    io::GPT2ConfigOverrides ov;
+    if (given("--n-head")) ov.n_head = a.n_head;
+    ov.dropout = a.dropout;
+    try {
+      cfg = io::config_from_gpt2_file(a.init_from, ov);
+    } catch (const std::exception& e) {  // not a GPT-2 file: a checkpoint directory, another model's file
+      throw UsageError(std::string("--init-from: ") + e.what());
+    }
+    auto check_flag = [&](const char* flag, int64_t flag_value, int64_t file_value) {
+      if (given(flag) && flag_value != file_value)
+        throw UsageError(detail::str(flag, " ", flag_value, " differs from ", file_value, " in ", a.init_from));
+    };
+    check_flag("--n-layer", a.n_layer, cfg.n_layer);
+    check_flag("--n-embd", a.n_embd, cfg.n_embd);
+    check_flag("--vocab-size", a.vocab_size, cfg.vocab_size);
+  } else {
+    cfg.vocab_size = a.vocab_size > 0 ? a.vocab_size : data::ByteTokenizer::kVocabSize;
+    cfg.padded_vocab_size = a.vocab_multiple > 1 ? data::padded_vocab(cfg.vocab_size, a.vocab_multiple) : 0;
+    cfg.block_size = a.seq;
+    cfg.n_layer = a.n_layer;
+    cfg.n_head = a.n_head;
+    cfg.n_embd = a.n_embd;
+    cfg.dropout = a.dropout;
+  }
+  return cfg;
+}
+
+// Every flag and file checked before anything trains (errors are the user's input: exit 2).
+// Every rank checks its own input (a path, a file, a checkpoint may differ between hosts) and
+// the ranks agree on the outcome: a problem on one rank ends every rank at once with that
+// rank's message ([Note: ranks that disagree] in examples/program_main.h), not a hang in the
+// first collective the failed rank never joins.
+Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device dev) {
+  auto given = [&](const char* flag) { return app.count(flag) > 0; };
+  Setup s;
+  examples::agree_on_usage(comm, [&] {
+    nn::GPTConfig& cfg = s.cfg;
+    std::optional<io::TrainState>& resumed = s.resumed;
+    cfg = model_config(a, app, resumed);
     try {
       cfg.validate();
     } catch (const Error& e) {
@@ -459,48 +277,111 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
       throw UsageError(detail::str("--batch ", a.batch, " must be divisible by the number of ranks ", comm.size(),
                                    " (each rank takes batch/N rows of the global batch)"));
     try {
-      dtype = dtype_from_name(a.dtype);
+      s.dtype = dtype_from_name(a.dtype);
     } catch (const Error& e) {
       throw UsageError(std::string("--dtype: ") + e.what());
     }
-    if (dtype != DType::F32 && dtype != DType::BF16) throw UsageError("--dtype must be f32 or bf16, got " + a.dtype);
+    if (s.dtype != DType::F32 && s.dtype != DType::BF16) throw UsageError("--dtype must be f32 or bf16, got " + a.dtype);
 
     // Every rank makes the default corpus itself (atomic write): no shared file system needed.
-    data_path = a.data.empty() ? data::default_corpus_file() : a.data;
-    if (!std::filesystem::exists(data_path)) throw UsageError("--data: no file '" + data_path + "'");
-    if (resumed && !a.eval_only) check_data_size(*resumed, data_path);
+    s.data_path = a.data.empty() ? data::default_corpus_file() : a.data;
+    if (!std::filesystem::exists(s.data_path)) throw UsageError("--data: no file '" + s.data_path + "'");
+    if (resumed && !a.eval_only) check_data_size(*resumed, s.data_path);
     try {
-      ds = std::make_unique<data::TokenDataset>(
-          data_path, data::TokenDatasetOptions{.batch_size = a.batch, .seq_len = a.seq,
-                                               .val_fraction = a.eval_only ? 0.0 : a.val_fraction, .seed = a.seed,
-                                               .rank = comm.rank(), .world_size = comm.size()});
+      s.ds = std::make_unique<data::TokenDataset>(
+          s.data_path, data::TokenDatasetOptions{.batch_size = a.batch, .seq_len = a.seq,
+                                                 .val_fraction = a.eval_only ? 0.0 : a.val_fraction, .seed = a.seed,
+                                                 .rank = comm.rank(), .world_size = comm.size()});
     } catch (const Error& e) {
       throw UsageError(e.what());
     }
-
     // Checked before any training (not when the first save comes, hours later): only rank 0
     // probes --save, only some ranks open a metrics file.
-    if (lead && !a.save.empty()) check_save_dir(a.save);
-    metrics_log.emplace(a.metrics, comm.rank(), a.metrics_all_ranks);
+    try {
+      if (comm.rank() == 0 && !a.save.empty()) io::check_checkpoint_destination(a.save, "layout.json");
+    } catch (const Error& e) {
+      throw UsageError(std::string("--save: ") + e.what());
+    }
+    try {
+      s.metrics = std::make_unique<io::MetricsLog>(a.metrics, comm.rank(), a.metrics_all_ranks);
+    } catch (const Error& e) {
+      throw UsageError(std::string("--metrics: ") + e.what());
+    }
   });
-  // Every rank must read the same data: the same bytes, wherever its copy lives.
-  const data::DataFingerprint data_fp = ds->fingerprint();
-  {
-    const auto sizes = comm.all_gather_i64(data_fp.size);
-    const auto sums = comm.all_gather_i64(static_cast<int64_t>(data_fp.fnv1a));
-    for (int r = 1; r < comm.size(); ++r)
-      if (sizes[static_cast<size_t>(r)] != sizes[0] || sums[static_cast<size_t>(r)] != sums[0])
-        throw UsageError(detail::str("ranks disagree on the data: rank 0 read ", sizes[0], " bytes (fnv1a ", io::hex64(static_cast<uint64_t>(sums[0])),
-                                     "), rank ", r, " read ", sizes[static_cast<size_t>(r)], " bytes (fnv1a ",
-                                     io::hex64(static_cast<uint64_t>(sums[static_cast<size_t>(r)])),
-                                     ") from --data; every rank must train on the same file"));
-  }
-  MetricsLog& metrics = *metrics_log;
+  return s;
+}
 
+// Every rank must read the same data: the same bytes, wherever its copy lives.
+void check_same_data_on_every_rank(const data::DataFingerprint& fp, dist::Communicator& comm) {
+  const auto sizes = comm.all_gather_i64(fp.size);
+  const auto sums = comm.all_gather_i64(static_cast<int64_t>(fp.fnv1a));
+  for (size_t r = 1; r < sizes.size(); ++r)
+    if (sizes[r] != sizes[0] || sums[r] != sums[0])
+      throw UsageError(detail::str("ranks disagree on the data: rank 0 read ", sizes[0], " bytes (fnv1a ",
+                                   io::hex64(static_cast<uint64_t>(sums[0])), "), rank ", r, " read ", sizes[r],
+                                   " bytes (fnv1a ", io::hex64(static_cast<uint64_t>(sums[r])),
+                                   ") from --data; every rank must train on the same file"));
+}
+
+// The run's description: on the console (rank 0) and as the metrics log's first line.
+void announce(const Args& a, const Setup& s, const nn::GPT& model, const dist::ZeroPartitioner& zero,
+              dist::Communicator& comm, Device dev, const DeviceInfo& gpu, int64_t first_step) {
+  const bool lead = comm.rank() == 0;
+  auto say = [&](const std::string& m) {
+    if (lead) std::printf("%s\n", m.c_str());
+  };
+  say(detail::str("zerodl train_gpt: ", model.extra_repr()));
+  if (dev.is_cuda())
+    say(detail::str("device ", dev.str(), " on rank 0 (", gpu.name, ", ", format_bytes(gpu.total_bytes), ", peak bf16 ",
+                    gpu.peak_bf16_tflops > 0 ? detail::str(gpu.peak_bf16_tflops, " TFLOP/s") : std::string("unknown: no MFU"),
+                    ") | rank r on GPU local_rank % ", cuda_device_count(), " | collectives ",
+                    comm.backend() == "nccl" ? "NCCL" : comm.size() > 1 ? "MPI, staged through host memory" : "local"));
+  say(detail::str("params ", model.num_parameters(), " | ranks ", comm.size(), " (", comm.backend(), ") | ",
+                  dist::stage_name(zero.stage()), " | ", dtype_name(s.dtype), " | data ", s.data_path, " (",
+                  s.ds->num_tokens(), " tokens) | batch ", a.batch, " x ", a.seq, " x accum ", a.grad_accum,
+                  " | steps ", a.steps));
+  if (s.resumed) say(detail::str("resumed from ", a.resume, " at step ", first_step));
+  s.metrics->write({{"type", "config"},
+                    {"params", model.num_parameters()},
+                    {"params_padded", zero.num_padded()},
+                    {"model", json::parse(io::gpt_config_to_json(s.cfg))},
+                    {"data", s.data_path},
+                    {"world_size", comm.size()},
+                    {"rank", comm.rank()},
+                    {"zero_stage", a.zero_stage},
+                    {"dtype", dtype_name(s.dtype)},
+                    {"device", dev.str()},
+                    {"gpu", dev.is_cuda() ? gpu.name : ""},
+                    {"peak_tflops", gpu.peak_bf16_tflops},
+                    {"backend", comm.backend()},
+                    {"steps", a.steps},
+                    {"batch", a.batch},
+                    {"seq", a.seq},
+                    {"grad_accum", a.grad_accum},
+                    {"lr", a.lr},
+                    {"warmup", a.warmup},
+                    {"seed", a.seed},
+                    {"start_step", first_step}});
+}
+
+int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
+  Args a = args;
+  const bool lead = comm.rank() == 0;
+  // This rank's device: its GPU (local rank % device count, made current by dist::init) or the CPU.
+  const Device dev = a.device == "cuda" ? comm.device() : Device::cpu();
+  DeviceInfo gpu = dev.is_cuda() ? device_info(dev) : DeviceInfo{};
+  if (a.peak_tflops > 0) gpu.peak_bf16_tflops = a.peak_tflops;
+  Setup s = configure(a, app, comm, dev);
+  const data::DataFingerprint data_fp = s.ds->fingerprint();
+  check_same_data_on_every_rank(data_fp, comm);
+  data::TokenDataset& ds = *s.ds;
+  io::MetricsLog& metrics = *s.metrics;
+
+  // ---- the model, placed by the partition manager ----
   if (a.max_memory_per_rank > 0) memory_ledger().set_cap(dev.type, a.max_memory_per_rank);
   auto shared_comm = std::shared_ptr<dist::Communicator>(&comm, [](dist::Communicator*) {});
   dist::ZeroPartitioner zero(shared_comm, dist::ZeroOptions{.stage = dist::stage_from_int(a.zero_stage),
-                                                            .compute_dtype = dtype,
+                                                            .compute_dtype = s.dtype,
                                                             .device = dev,
                                                             .prefetch = a.prefetch,
                                                             .reduction = a.reduction == "exact"
@@ -509,10 +390,10 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   std::shared_ptr<nn::GPT> model;
   {
     auto scope = zero.placement_scope(a.seed);
-    model = std::make_shared<nn::GPT>(cfg);
+    model = std::make_shared<nn::GPT>(s.cfg);
   }
   zero.wrap(*model);
-  if (!a.init_from.empty() && !resumed) {
+  if (!a.init_from.empty() && !s.resumed) {
     try {
       dist::GatheredParameters g(zero, /*modify=*/true);
       io::load_gpt2(*model, a.init_from);
@@ -520,101 +401,65 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
       throw UsageError(std::string("--init-from: ") + e.what());
     }
   }
-
-  if (a.eval_only) {
-    if (resumed) {  // the checkpoint's weights (on any data: no fingerprint check)
-      dist::ZeroAdamW states(zero, {.lr = a.lr}, a.weight_decay);
-      try {
-        dist::load_sharded(a.resume, zero, states);
-      } catch (const Error& e) {
-        throw UsageError(std::string("--resume: ") + e.what());
-      }
-    }
-    int64_t n = a.eval_batches > 0 ? a.eval_batches : ds->num_eval_batches(data::Split::Train);
-    double loss = evaluate(*model, *ds, comm, data::Split::Train, n, dev);
-    if (lead) std::printf("loss %.6f\n", loss);
-    metrics.write({{"type", "eval"}, {"loss", loss}, {"batches", std::min(n, ds->num_eval_batches(data::Split::Train))}});
-    return 0;
-  }
-
   dist::ZeroAdamW opt(zero, {.lr = a.lr, .beta1 = 0.9, .beta2 = 0.95}, a.weight_decay);
-  optim::CosineSchedule sched{a.lr, a.lr * a.min_lr_ratio, a.warmup, a.steps};
+  dist::Trainer trainer(zero, opt,
+                        {.grad_accum = a.grad_accum, .micro_batch = a.batch / comm.size(), .grad_clip = a.grad_clip,
+                         .seed = a.seed});
+  auto gpt_loss = [&](const Tensor& x, const Tensor& y) { return model->loss(x, y); };
+  auto evaluate = [&](data::Split split, int64_t n) {
+    n = std::min(n, ds.num_eval_batches(split));
+    if (n <= 0) throw Error(detail::str("evaluation: the ", data::split_name(split), " split holds fewer than one batch of tokens"));
+    auto rows = [&](int64_t i) {
+      data::Batch b = ds.eval_batch(split, i);
+      return dist::Trainer::Batch{b.inputs.to(dev), b.targets.to(dev)};
+    };
+    return std::make_pair(trainer.evaluate(*model, n, rows, gpt_loss), n);
+  };
+
+  // ---- a checkpoint's states: weights and Adam moments; the step fixes data and dropout ----
   int64_t first_step = 0;
-  std::string fingerprint = data_fp.to_string();
-  if (resumed) {
-    std::string saved_fp = resumed->metadata.count("data_fingerprint") ? resumed->metadata.at("data_fingerprint") : "";
-    if (saved_fp != fingerprint)
-      throw UsageError("--resume: the data file '" + data_path + "' changed since the checkpoint (saved " + saved_fp +
-                       ", now " + fingerprint + "); resume on the data the run was trained on");
+  const std::string fingerprint = data_fp.to_string();
+  if (s.resumed) {
+    const auto saved_fp = s.resumed->metadata.find("data_fingerprint");
+    if (!a.eval_only && (saved_fp == s.resumed->metadata.end() || saved_fp->second != fingerprint))
+      throw UsageError("--resume: the data file '" + s.data_path + "' changed since the checkpoint (saved " +
+                       (saved_fp == s.resumed->metadata.end() ? std::string("nothing") : saved_fp->second) + ", now " +
+                       fingerprint + "); resume on the data the run was trained on");
     try {  // collective: a bad checkpoint fails on every rank alike
-      *resumed = dist::load_sharded(a.resume, zero, opt);
+      *s.resumed = dist::load_sharded(a.resume, zero, opt);
     } catch (const Error& e) {
       throw UsageError(std::string("--resume: ") + e.what());
     }
-    // Batches and dropout masks are keyed by the step ([Note: dropout position]): nothing
-    // else to restore.
-    first_step = resumed->step;
-    ds->set_position(resumed->step);
-    if (a.stop_after > 0 && a.stop_after <= first_step)
+    first_step = s.resumed->step;
+    ds.set_position(first_step);
+    if (!a.eval_only && a.stop_after > 0 && a.stop_after <= first_step)
       throw UsageError(detail::str("--stop-after ", a.stop_after, " is not after the checkpoint's step ", first_step,
                                    ": nothing would be trained"));
   }
-
-  say(detail::str("zerodl train_gpt: ", model->extra_repr()));
-  if (dev.is_cuda())
-    say(detail::str("device ", dev.str(), " on rank 0 (", gpu.name.empty() ? "unknown GPU" : gpu.name, ", ",
-                    format_bytes(static_cast<int64_t>(gpu.total_bytes)), ", peak bf16 ",
-                    peak_tflops > 0 ? detail::str(peak_tflops, " TFLOP/s") : std::string("unknown: no MFU"),
-                    ") | rank r on GPU local_rank % ", cuda_device_count(), " | collectives ",
-                    comm.backend() == "nccl" ? "NCCL" : comm.size() > 1 ? "MPI, staged through host memory" : "local"));
-  say(detail::str("params ", model->num_parameters(), " | ranks ", comm.size(), " (", comm.backend(), ") | ",
-                  dist::stage_name(zero.stage()), " | ", dtype_name(dtype), " | data ", data_path, " (",
-                  ds->num_tokens(), " tokens) | batch ", a.batch, " x ", a.seq, " x accum ", a.grad_accum,
-                  " | steps ", a.steps));
-  if (resumed) say(detail::str("resumed from ", a.resume, " at step ", first_step));
-  metrics.write({{"type", "config"},
-                 {"params", model->num_parameters()},
-                 {"params_padded", zero.num_padded()},
-                 {"model", json::parse(io::gpt_config_to_json(cfg))},
-                 {"data", data_path},
-                 {"world_size", comm.size()},
-                 {"rank", comm.rank()},
-                 {"zero_stage", a.zero_stage},
-                 {"dtype", dtype_name(dtype)},
-                 {"device", dev.str()},
-                 {"gpu", gpu.name},
-                 {"peak_tflops", peak_tflops},
-                 {"backend", comm.backend()},
-                 {"steps", a.steps},
-                 {"batch", a.batch},
-                 {"seq", a.seq},
-                 {"grad_accum", a.grad_accum},
-                 {"lr", a.lr},
-                 {"warmup", a.warmup},
-                 {"seed", a.seed},
-                 {"start_step", first_step}});
-
+  if (a.eval_only) {  // the weights (a checkpoint's, a GPT-2 file's or fresh ones) on any data
+    const auto [loss, n] = evaluate(data::Split::Train, a.eval_batches > 0 ? a.eval_batches : ds.num_eval_batches(data::Split::Train));
+    if (lead) std::printf("loss %.6f\n", loss);
+    metrics.write({{"type", "eval"}, {"loss", loss}, {"batches", n}});
+    return 0;
+  }
+  announce(a, s, *model, zero, comm, dev, gpu, first_step);
   auto save = [&](int64_t step) {
     io::TrainState st;
     st.step = step;
-    st.data_position = ds->position();
-    st.metadata["config"] = io::gpt_config_to_json(cfg);
+    st.data_position = ds.position();
+    st.metadata["config"] = io::gpt_config_to_json(s.cfg);
     st.metadata["data_fingerprint"] = fingerprint;
     st.metadata["seed"] = std::to_string(a.seed);
     dist::save_sharded(a.save, zero, opt, st);
   };
 
-  dist::Trainer trainer(zero, opt,
-                        {.grad_accum = a.grad_accum, .micro_batch = a.batch / comm.size(), .grad_clip = a.grad_clip,
-                         .seed = a.seed});
+  // ---- training (errors here are failures: exit 1) ----
+  optim::CosineSchedule sched{a.lr, a.lr * a.min_lr_ratio, a.warmup, a.steps};
   auto batch_rows = [&](int64_t step, int64_t first, int64_t count) {
-    data::Batch b = ds->step_rows(step, first, count);
+    data::Batch b = ds.step_rows(step, first, count);
     return dist::Trainer::Batch{b.inputs.to(dev), b.targets.to(dev)};
   };
-  auto gpt_loss = [&](const Tensor& x, const Tensor& y) { return model->loss(x, y); };
-
-  // ---- training (errors here are failures: exit 1) ----
-  Progress progress(a.steps, a.log_every, !lead);
+  io::Progress progress(a.steps, a.log_every, !lead);
   int64_t nan_streak = 0;  // non-finite steps in a row
   int64_t current_step = first_step;
   install_fault_nan_grad(a.fault_nan_grad, *model, comm, &current_step);
@@ -628,10 +473,8 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     // --batch / N fixed give the same bits at any N (docs/exactness.md).
     opt.set_lr(sched.lr(step));
     const dist::StepResult r = trainer.step(step, batch_rows, gpt_loss);
-    ds->set_position(step + 1);
-    const double loss = r.loss;
-    const bool healthy = r.applied;
-    if (healthy) {
+    ds.set_position(step + 1);
+    if (r.applied) {
       nan_streak = 0;
     } else {
       std::string what = nonfinite_report(r, step, comm.size());
@@ -642,25 +485,25 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
                                                    a.nan_skip_limit, "); stopping"));
       progress.message(what + "; step skipped (--on-nan skip)");
     }
-    sync_device(dev);
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    double tok_s = static_cast<double>(a.batch * a.seq * a.grad_accum) / (ms / 1000.0);
-    const double step_mfu = dev.is_cuda() && peak_tflops > 0 ? mfu(cfg, model->num_parameters(), a.seq, tok_s, peak_tflops) : -1;
-    progress.step(step, first_step, loss, opt.lr(), tok_s, step_mfu);
+    synchronize(dev);  // the step's time is finished work
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double tok_s = static_cast<double>(a.batch * a.seq * a.grad_accum) / (ms / 1000.0);
+    const double mfu = gpu.peak_bf16_tflops > 0 ? s.cfg.training_flops_per_token(a.seq) * tok_s / (gpu.peak_bf16_tflops * 1e12) : -1;
+    progress.step(step, first_step, r.loss, opt.lr(), tok_s, mfu);
     json line = {{"step", step + 1},
-                 {"loss", loss},
-                 {"skipped", !healthy},
+                 {"loss", r.loss},
+                 {"skipped", !r.applied},
                  {"lr", opt.lr()},
                  {"grad_norm", r.grad_norm},
                  {"tokens_per_s", tok_s},
                  {"ms", ms},
                  {"mem", dist::memory_snapshot(dev)},
                  {"comm", dist::comm_snapshot()}};
-    if (step_mfu >= 0) line["mfu"] = step_mfu;
+    if (mfu >= 0) line["mfu"] = mfu;
     metrics.write(line);
-    bool last = step + 1 == a.steps || step + 1 == a.stop_after;
+    const bool last = step + 1 == a.steps || step + 1 == a.stop_after;
     if (a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || last) && a.val_fraction > 0) {
-      double val = evaluate(*model, *ds, comm, data::Split::Val, a.eval_batches, dev);
+      const double val = evaluate(data::Split::Val, a.eval_batches).first;
       progress.message(detail::str("step ", step + 1, ": val_loss ", val));
       metrics.write({{"step", step + 1}, {"val_loss", val}});
     }

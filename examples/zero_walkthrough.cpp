@@ -2,7 +2,7 @@
 // every number measured on this machine and printed next to the ZeRO paper's closed form
 // (Rajbhandari et al., 2020). docs/walkthrough.md explains each table and picture.
 //
-//   mpirun -np 4 zero_walkthrough                       # N = 4 CPU ranks (about 20 s on 2 cores)
+//   mpirun -np 4 zero_walkthrough                       # N = 4 CPU ranks (about 10 s on 2 cores)
 //   zero_walkthrough                                    # N = 1, no launcher
 //   mpirun -np 4 zero_walkthrough --dtype bf16          # mixed precision: the paper's K = 12
 //   python3 scripts/plot_walkthrough.py --run build     # N = 1, 2, 4, 8, then the pictures
@@ -42,7 +42,7 @@
 #include <functional>
 #include <iomanip>
 #include <memory>
-#include <sstream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -226,15 +226,16 @@ double median(std::vector<double> v) {
 
 // ---- one training run ----
 
+// The GPT of every run: the flags' shape with `n_layer` blocks (the cap experiment varies it).
+nn::GPTConfig gpt_config(const Args& a, int64_t n_layer) {
+  return nn::GPTConfig{.vocab_size = 256, .block_size = a.seq, .n_layer = n_layer, .n_head = a.n_head,
+                       .n_embd = a.n_embd};
+}
+
 class Walkthrough {
  public:
   Walkthrough(const Args& a, dist::Communicator& comm, DType dtype, std::string data_path)
       : a_(a), comm_(comm), dtype_(dtype), data_path_(std::move(data_path)) {}
-
-  nn::GPTConfig config(int64_t n_layer) const {
-    return nn::GPTConfig{.vocab_size = 256, .block_size = a_.seq, .n_layer = n_layer, .n_head = a_.n_head,
-                         .n_embd = a_.n_embd};
-  }
 
   // Trains `steps` steps of `stage` on a fresh model; measures everything (see StageRun).
   StageRun run_stage(ZeroStage stage, int prefetch) {
@@ -249,7 +250,7 @@ class Walkthrough {
     std::shared_ptr<nn::GPT> model;
     {
       auto scope = zero.placement_scope(a_.seed);
-      model = std::make_shared<nn::GPT>(config(a_.n_layer));
+      model = std::make_shared<nn::GPT>(gpt_config(a_, a_.n_layer));
     }
     // Markers for the timeline: hooks registered before wrap() run before the manager's, so
     // "forward_hook h.2" is the moment h.2's forward pre-hook starts waiting for its all-gather.
@@ -350,9 +351,9 @@ class Walkthrough {
       std::shared_ptr<nn::GPT> model;
       {
         auto scope = zero.placement_scope(a_.seed);
-        model = std::make_shared<nn::GPT>(config(n_layer));
+        model = std::make_shared<nn::GPT>(gpt_config(a_, n_layer));
       }
-      p.params = static_cast<int64_t>(config(n_layer).num_parameters());
+      p.params = static_cast<int64_t>(gpt_config(a_, n_layer).num_parameters());
       zero.wrap(*model);
       dist::ZeroAdamW opt(zero, {.lr = a_.lr, .beta1 = 0.9, .beta2 = 0.95}, 0.1);
       data::TokenDataset ds(data_path_, {.batch_size = a_.batch, .seq_len = a_.seq, .val_fraction = 0.0,
@@ -374,6 +375,7 @@ class Walkthrough {
     return p;
   }
 
+ private:
   // One micro-batch of batch / N rows per rank and step (no accumulation).
   dist::Trainer make_trainer(dist::ZeroPartitioner& zero, dist::ZeroAdamW& opt) {
     return dist::Trainer(zero, opt,
@@ -386,7 +388,6 @@ class Walkthrough {
     };
   }
 
- private:
   const Args& a_;
   dist::Communicator& comm_;
   DType dtype_;
@@ -415,15 +416,32 @@ class Csv {
   std::ofstream out_;
 };
 
-// ---- the program ----
+// ---- the report ----
 
-int run(const Args& a, dist::Communicator& comm) {
-  const bool lead = comm.rank() == 0;
-  const int N = comm.size();
-  auto say = [&](const std::string& m) {
+// What every table shares. Rank 0 prints and writes the CSVs; every rank runs every check and
+// keeps the failed ones, which rank 0 prints at the end.
+struct Report {
+  bool lead = false;
+  int N = 1;
+  DType dtype = DType::F32;
+  ElementBytes eb{};
+  std::string out;  // --out
+  std::vector<std::string> failures;
+
+  void say(const std::string& m) const {
     if (lead) std::printf("%s\n", m.c_str());
-  };
-  // Input checks (exit 2).
+  }
+  void fail(const std::string& m) { failures.push_back(m); }
+  // "_n<N>.csv": runs at several N share one --out.
+  std::string suffix() const { return detail::str("_n", N, ".csv"); }
+  std::string path(const char* name) const {
+    return (std::filesystem::path(out) / (std::string(name) + suffix())).string();
+  }
+  Csv csv(const char* name, const std::string& header) const { return Csv(path(name), header, lead); }
+};
+
+// Input checks (exit 2); returns the dtype.
+DType check_args(const Args& a, int N) {
   if (a.device != "cpu") {
     if (a.device == "cuda")
       throw UsageError(
@@ -441,61 +459,57 @@ int run(const Args& a, dist::Communicator& comm) {
   if (a.batch % N != 0)
     throw UsageError(detail::str("--batch ", a.batch, " must be divisible by the number of ranks ", N));
   try {
-    nn::GPTConfig c{.vocab_size = 256, .block_size = a.seq, .n_layer = a.n_layer, .n_head = a.n_head, .n_embd = a.n_embd};
-    c.validate();
+    gpt_config(a, a.n_layer).validate();
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
-  const double loss_tol = a.loss_tol >= 0 ? a.loss_tol : 0.0;
-  const ElementBytes eb = ElementBytes::of(dtype);
-  if (lead) std::filesystem::create_directories(a.out);
-  const std::string sfx = detail::str("_n", N, ".csv");
-  auto path = [&](const char* name) { return (std::filesystem::path(a.out) / (std::string(name) + sfx)).string(); };
-  std::string data_path = data::default_corpus_file();
-  Walkthrough w(a, comm, dtype, data_path);
-  std::vector<std::string> failures;
-  auto fail = [&](const std::string& m) { failures.push_back(m); };
+  return dtype;
+}
 
-  say(detail::str("zerodl ZeRO walkthrough: GPT L=", a.n_layer, " C=", a.n_embd, " NH=", a.n_head, " T=", a.seq,
-                  ", global batch ", a.batch, " (", a.batch / N, " rows per rank), ", a.steps, " steps, ",
-                  dtype_name(dtype), ", N=", N, " ranks (", comm.backend(), "), ", omp_get_max_threads(),
-                  " OpenMP thread(s) per rank"));
-
-  // ---- 1. the four stages ----
+// Trains the four stages, then ZeRO-3 without prefetch ([3]'s comparison) unless --no-prefetch-compare or --prefetch 0.
+std::vector<StageRun> run_stages(const Args& a, Walkthrough& w, const Report& rep) {
   std::vector<StageRun> runs;
   for (ZeroStage st : kStages) {
     auto t = std::chrono::steady_clock::now();
     runs.push_back(w.run_stage(st, a.prefetch));
-    if (lead)
+    if (rep.lead)
       std::printf("  ran %-6s: %lld steps in %.1f s\n", dist::stage_title(st), static_cast<long long>(a.steps),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
   }
-  std::vector<StageRun> extra;  // ZeRO-3 without prefetch: the timeline's comparison
-  if (a.compare_prefetch && a.prefetch > 0) extra.push_back(w.run_stage(ZeroStage::Three, 0));
+  if (a.compare_prefetch && a.prefetch > 0) runs.push_back(w.run_stage(ZeroStage::Three, 0));
+  return runs;
+}
 
-  const int64_t psi = runs[0].psi, P = runs[0].padded, units = runs[0].units;
-  if (psi != static_cast<int64_t>(w.config(a.n_layer).num_parameters()))
-    fail(detail::str("the model has ", psi, " parameters, the GPT-2 count says ", static_cast<int64_t>(w.config(a.n_layer).num_parameters())));
-  say(detail::str("\nPsi = ", commas(psi), " parameters in ", units, " units (", units - 1,
-                  " blocks + the root: embeddings, final norm); padded to multiples of N: P = ", commas(P), " (+",
-                  P - psi, " elements)"));
-  say(detail::str("element bytes: parameters and gradients s = ", eb.s, " (", dtype_name(dtype),
-                  "), optimizer states K = ", eb.k,
-                  dtype == DType::BF16 ? " (f32 master 4 + Adam m 4 + v 4: the paper's mixed precision)"
-                                       : " (Adam m 4 + v 4; the f32 parameters are their own master)"));
+// Psi, the padded P and the element bytes s, K of every closed form: checks Psi against GPT-2's parameter count.
+void print_sizes(Report& rep, const Args& a, const StageRun& r) {
+  const int64_t psi = r.psi, P = r.padded, units = r.units;
+  const auto gpt2 = static_cast<int64_t>(gpt_config(a, a.n_layer).num_parameters());
+  if (psi != gpt2) rep.fail(detail::str("the model has ", psi, " parameters, the GPT-2 count says ", gpt2));
+  rep.say(detail::str("\nPsi = ", commas(psi), " parameters in ", units, " units (", units - 1,
+                      " blocks + the root: embeddings, final norm); padded to multiples of N: P = ", commas(P), " (+",
+                      P - psi, " elements)"));
+  rep.say(detail::str("element bytes: parameters and gradients s = ", rep.eb.s, " (", dtype_name(rep.dtype),
+                      "), optimizer states K = ", rep.eb.k,
+                      rep.dtype == DType::BF16 ? " (f32 master 4 + Adam m 4 + v 4: the paper's mixed precision)"
+                                               : " (Adam m 4 + v 4; the f32 parameters are their own master)"));
+}
 
-  // ---- memory table ----
-  say("\n[1] Memory per rank (bytes). 'after' = after the last step (model states stay, the rest is freed);");
-  say("    'formula' = the paper's closed form at Psi, 'pad' = what the padding to P adds, 'peak' = highest");
-  say("    during the step (per category), 'schedule' = its closed form for this implementation's unit schedule");
-  say("    (ZeRO-3: root + the working unit + the prefetched one; activations are measured only).");
-  say(detail::str("    ", std::string(118, '-')));
-  if (lead)
+// [1] Memory per rank by category, after a step and at its peak: checks the paper's state_bytes and peak_closed_form.
+void print_memory_table(Report& rep, std::span<const StageRun> stages) {
+  const int N = rep.N;
+  const ElementBytes eb = rep.eb;
+  const int64_t psi = stages[0].psi, P = stages[0].padded;  // the same model in every stage
+  rep.say("\n[1] Memory per rank (bytes). 'after' = after the last step (model states stay, the rest is freed);");
+  rep.say("    'formula' = the paper's closed form at Psi, 'pad' = what the padding to P adds, 'peak' = highest");
+  rep.say("    during the step (per category), 'schedule' = its closed form for this implementation's unit schedule");
+  rep.say("    (ZeRO-3: root + the working unit + the prefetched one; activations are measured only).");
+  rep.say(detail::str("    ", std::string(118, '-')));
+  if (rep.lead)
     std::printf("    %-7s %-10s %14s  %-18s %14s %8s  %-4s %14s %14s %-3s\n", "stage", "category", "after", "formula",
                 "= bytes", "+ pad", "ok", "peak", "schedule", "ok");
-  Csv mem_csv(path("memory"), "n,dtype,stage,category,after,peak,closed_form,paper,formula,peak_closed_form,psi,padded",
-              lead);
-  for (auto& r : runs) {
+  Csv mem_csv =
+      rep.csv("memory", "n,dtype,stage,category,after,peak,closed_form,paper,formula,peak_closed_form,psi,padded");
+  for (auto& r : stages) {
     int64_t tot_want = 0;
     double tot_paper = 0;
     for (int c = 0; c < kNumCats; ++c) {
@@ -504,43 +518,44 @@ int run(const Args& a, dist::Communicator& comm) {
       int64_t want = static_cast<int64_t>(state_bytes(r.stage, cat, static_cast<double>(P), N, eb));
       bool ok = r.after[c] == want;
       if (!ok)
-        fail(detail::str(dist::stage_title(r.stage), " ", kCatNames[c], ": measured ", r.after[c], " bytes after the step, ",
-                         "closed form ", want));
+        rep.fail(detail::str(dist::stage_title(r.stage), " ", kCatNames[c], ": measured ", r.after[c],
+                             " bytes after the step, ", "closed form ", want));
       tot_want += want;
       tot_paper += paper;
       const int64_t want_peak = peak_closed_form(r, cat, N, eb);
       const bool peak_ok = want_peak < 0 || r.peak[c] == want_peak;
       if (!peak_ok)
-        fail(detail::str(dist::stage_title(r.stage), " ", kCatNames[c], ": measured peak ", r.peak[c],
-                         " bytes, schedule's closed form ", want_peak));
-      if (lead)
-        std::printf("    %-7s %-10s %14s  %-18s %14s %8s  %-4s %14s %14s %-3s\n", dist::stage_title(r.stage), kCatNames[c],
-                    commas(r.after[c]).c_str(), state_formula(r.stage, cat, eb).c_str(),
+        rep.fail(detail::str(dist::stage_title(r.stage), " ", kCatNames[c], ": measured peak ", r.peak[c],
+                             " bytes, schedule's closed form ", want_peak));
+      if (rep.lead)
+        std::printf("    %-7s %-10s %14s  %-18s %14s %8s  %-4s %14s %14s %-3s\n", dist::stage_title(r.stage),
+                    kCatNames[c], commas(r.after[c]).c_str(), state_formula(r.stage, cat, eb).c_str(),
                     commas(static_cast<int64_t>(std::llround(paper))).c_str(),
                     commas(want - static_cast<int64_t>(std::llround(paper))).c_str(), ok ? "yes" : "NO",
                     commas(r.peak[c]).c_str(), want_peak < 0 ? "-" : commas(want_peak).c_str(),
                     want_peak < 0 ? "" : peak_ok ? "yes" : "NO");
-      mem_csv.row(N, dtype_name(dtype), dist::stage_name(r.stage), kCatNames[c], r.after[c], r.peak[c], want, paper,
+      mem_csv.row(N, dtype_name(rep.dtype), dist::stage_name(r.stage), kCatNames[c], r.after[c], r.peak[c], want, paper,
                   state_formula(r.stage, cat, eb), want_peak, psi, P);
     }
-    if (lead)
+    if (rep.lead)
       std::printf("    %-7s %-10s %14s  %-18s %14s %8s  %-4s %14s  (%s MiB after, %s MiB peak)\n", "",
                   "total", commas(r.total_after).c_str(), total_formula(r.stage, eb).c_str(),
                   commas(static_cast<int64_t>(std::llround(tot_paper))).c_str(),
                   commas(tot_want - static_cast<int64_t>(std::llround(tot_paper))).c_str(),
                   r.total_after == tot_want ? "yes" : "NO", commas(r.total_peak).c_str(), mib(r.total_after).c_str(),
                   mib(r.total_peak).c_str());
-    mem_csv.row(N, dtype_name(dtype), dist::stage_name(r.stage), "total", r.total_after, r.total_peak, tot_want,
+    mem_csv.row(N, dtype_name(rep.dtype), dist::stage_name(r.stage), "total", r.total_after, r.total_peak, tot_want,
                 tot_paper, total_formula(r.stage, eb), -1, psi, P);
     if (r.total_after != tot_want)
-      fail(detail::str(dist::stage_title(r.stage), ": ", r.total_after, " bytes remain after the step, closed form ",
-                       tot_want, " (something besides the model states stayed allocated)"));
-    if (!r.same_on_all_ranks) fail(detail::str(dist::stage_title(r.stage), ": ranks measured different memory"));
+      rep.fail(detail::str(dist::stage_title(r.stage), ": ", r.total_after,
+                           " bytes remain after the step, closed form ", tot_want,
+                           " (something besides the model states stayed allocated)"));
+    if (!r.same_on_all_ranks) rep.fail(detail::str(dist::stage_title(r.stage), ": ranks measured different memory"));
   }
-  if (lead) {
-    const auto& d = runs[0];
+  if (rep.lead) {
+    const auto& d = stages[0];
     std::printf("    model states vs DDP:");
-    for (auto& r : runs)
+    for (auto& r : stages)
       std::printf("  %s %.2fx", dist::stage_title(r.stage),
                   static_cast<double>(d.after[kParam] + d.after[kGrad] + d.after[kOptim]) /
                       static_cast<double>(r.after[kParam] + r.after[kGrad] + r.after[kOptim]));
@@ -548,19 +563,22 @@ int run(const Args& a, dist::Communicator& comm) {
                 double(2 * eb.s + eb.k) / (2 * eb.s + double(eb.k) / N),
                 double(2 * eb.s + eb.k) / (eb.s + double(eb.s + eb.k) / N), double(N));
   }
+}
 
-  // ---- traffic table ----
-  say("\n[2] Bytes per rank per step by collective and phase (every step; the last one shown).");
-  say("    payload = the collective's full buffer; wire = what this rank sends on a ring.");
-  say(detail::str("    ", std::string(118, '-')));
-  if (lead)
+// [2] Bytes per rank per step by collective and phase: checks dist::traffic_closed_form, and no collective beyond it.
+void print_traffic_table(Report& rep, std::span<const StageRun> stages) {
+  const int N = rep.N;
+  const ElementBytes eb = rep.eb;
+  const int64_t P = stages[0].padded, units = stages[0].units;  // the same model in every stage
+  rep.say("\n[2] Bytes per rank per step by collective and phase (every step; the last one shown).");
+  rep.say("    payload = the collective's full buffer; wire = what this rank sends on a ring.");
+  rep.say(detail::str("    ", std::string(118, '-')));
+  if (rep.lead)
     std::printf("    %-7s %-32s %5s %14s %14s %14s  %-17s %-3s\n", "stage", "collective / phase", "calls", "payload",
                 "wire", "= closed form", "formula", "ok");
-  Csv traffic_csv(path("traffic"),
-                  "n,dtype,stage,collective,phase,calls,payload,wire,closed_calls,closed_payload,closed_wire,formula",
-                  lead);
-  for (auto& r : runs) {
-    // The closed forms of dist/closed_forms.h at the padded size P.
+  Csv traffic_csv = rep.csv(
+      "traffic", "n,dtype,stage,collective,phase,calls,payload,wire,closed_calls,closed_payload,closed_wire,formula");
+  for (auto& r : stages) {
     auto want = dist::traffic_closed_form(r.stage, P, units, N, eb);
     int64_t model_wire = 0;
     for (size_t s = 0; s < r.traffic.size(); ++s) {
@@ -571,18 +589,18 @@ int run(const Args& a, dist::Communicator& comm) {
         counted_calls += got.calls;
         bool ok = got.calls == w2.calls && got.payload_bytes == w2.payload && got.wire_bytes == w2.wire;
         if (!ok)
-          fail(detail::str(dist::stage_title(r.stage), " step ", s + 1, " ", dist::collective_name(w2.kind), "/",
-                           dist::phase_name(w2.phase), ": measured ", got.calls, " calls, ", got.payload_bytes,
-                           " B payload, ", got.wire_bytes, " B wire; closed form ", w2.calls, ", ", w2.payload, ", ",
-                           w2.wire));
+          rep.fail(detail::str(dist::stage_title(r.stage), " step ", s + 1, " ", dist::collective_name(w2.kind), "/",
+                               dist::phase_name(w2.phase), ": measured ", got.calls, " calls, ", got.payload_bytes,
+                               " B payload, ", got.wire_bytes, " B wire; closed form ", w2.calls, ", ", w2.payload,
+                               ", ", w2.wire));
         if (s + 1 == r.traffic.size()) {
           if (w2.phase != CommPhase::Other) model_wire += got.wire_bytes;
           std::string label = detail::str(dist::collective_name(w2.kind), " / ", dist::phase_name(w2.phase));
-          if (lead)
+          if (rep.lead)
             std::printf("    %-7s %-32s %5lld %14s %14s %14s  %-17s %-3s\n", dist::stage_title(r.stage), label.c_str(),
                         static_cast<long long>(got.calls), commas(got.payload_bytes).c_str(),
                         commas(got.wire_bytes).c_str(), commas(w2.wire).c_str(), w2.formula.c_str(), ok ? "yes" : "NO");
-          traffic_csv.row(N, dtype_name(dtype), dist::stage_name(r.stage), dist::collective_name(w2.kind),
+          traffic_csv.row(N, dtype_name(rep.dtype), dist::stage_name(r.stage), dist::collective_name(w2.kind),
                           dist::phase_name(w2.phase), got.calls, got.payload_bytes, got.wire_bytes, w2.calls,
                           w2.payload, w2.wire, w2.formula);
         }
@@ -591,149 +609,204 @@ int run(const Args& a, dist::Communicator& comm) {
         for (int ph = 0; ph < dist::kNumCommPhases; ++ph)
           if (static_cast<CommPhase>(ph) != CommPhase::Metrics) all_calls += kind[static_cast<size_t>(ph)].calls;
       if (all_calls != counted_calls)
-        fail(detail::str(dist::stage_title(r.stage), " step ", s + 1, ": ", all_calls - counted_calls,
-                         " collectives beyond the closed form"));
+        rep.fail(detail::str(dist::stage_title(r.stage), " step ", s + 1, ": ", all_calls - counted_calls,
+                             " collectives beyond the closed form"));
     }
-    if (lead) {
+    if (rep.lead) {
       int k = r.stage == ZeroStage::Three ? 3 : 2;
       double unit = static_cast<double>(eb.s * P) * (N - 1) / N;
       std::printf("    %-7s model bytes on the wire: %s = %s x s P (N-1)/N   (paper: %d Psi)\n", "",
                   commas(model_wire).c_str(), N > 1 ? detail::str(model_wire / unit).c_str() : "-", k);
     }
   }
+}
 
-  // ---- time and losses ----
-  say("\n[3] Step time (median of the steps after the first) and losses (mean over ranks).");
-  say(detail::str("    ", std::string(118, '-')));
-  Csv steps_csv(path("steps"), "n,dtype,stage,prefetch,step,loss,ms", lead);
-  auto all_runs = runs;
-  all_runs.insert(all_runs.end(), extra.begin(), extra.end());
-  // ZeRO-3's time blocked on all-gathers: from a unit's pre-hook (our marker, which runs just
-  // before the manager's) to the end of the wait for that unit's parameters.
-  auto blocked_ms = [](const StageRun& r) {
-    double b = 0, entered = -1;
-    for (const Sample& x : r.trace) {
-      if (x.event == "forward_hook" || x.event == "backward_hook") entered = x.t_ms;
-      if (x.event == "gather_done" && entered >= 0) b += x.t_ms - entered;
-      if (x.event == "forward_begin" || x.event == "backward_begin") entered = -1;
-    }
-    return b;
-  };
-  const double ddp_ms = median(std::vector<double>(runs[0].step_ms.begin() + (a.steps > 1), runs[0].step_ms.end()));
-  for (auto& r : all_runs) {
-    std::vector<double> ms(r.step_ms.begin() + (a.steps > 1), r.step_ms.end());
-    double m = median(ms);
+// The median of the steps after the first (of the only one if there is one).
+double median_step_ms(const StageRun& r) {
+  return median(std::vector<double>(r.step_ms.begin() + (r.step_ms.size() > 1), r.step_ms.end()));
+}
+
+// ZeRO-3's time blocked on all-gathers in the traced step: from a unit's pre-hook (our marker,
+// which runs just before the manager's) to the end of the wait for that unit's parameters.
+double blocked_ms(const StageRun& r) {
+  double b = 0, entered = -1;
+  for (const Sample& x : r.trace) {
+    if (x.event == "forward_hook" || x.event == "backward_hook") entered = x.t_ms;
+    if (x.event == "gather_done" && entered >= 0) b += x.t_ms - entered;
+    if (x.event == "forward_begin" || x.event == "backward_begin") entered = -1;
+  }
+  return b;
+}
+
+// [3] Step time and losses, ZeRO-3 with and without prefetch: checks every run's losses equal DDP's (up to --loss-tol).
+void print_step_table(Report& rep, const Args& a, std::span<const StageRun> runs, double loss_tol) {
+  rep.say("\n[3] Step time (median of the steps after the first) and losses (mean over ranks).");
+  rep.say(detail::str("    ", std::string(118, '-')));
+  Csv steps_csv = rep.csv("steps", "n,dtype,stage,prefetch,step,loss,ms");
+  const StageRun& ddp = runs[0];
+  const double ddp_ms = median_step_ms(ddp);
+  for (auto& r : runs) {
+    double m = median_step_ms(r);
     std::string name = dist::stage_title(r.stage);
     if (r.stage == ZeroStage::Three) name += detail::str(" (prefetch ", r.prefetch, ")");
-    if (lead) {
+    if (rep.lead) {
       std::printf("    %-20s %8.1f ms  %6.2fx DDP  %8.0f tokens/s  losses", name.c_str(), m, m / ddp_ms,
                   static_cast<double>(a.batch * a.seq) / (m / 1000.0));
       for (double l : r.losses) std::printf(" %.6f", l);
       if (r.stage == ZeroStage::Three)
-        std::printf("   (blocked on all-gathers %.1f ms of the traced step's %.1f ms)", blocked_ms(r), r.step_ms.back());
+        std::printf("   (blocked on all-gathers %.1f ms of the traced step's %.1f ms)", blocked_ms(r),
+                    r.step_ms.back());
       std::printf("\n");
     }
     for (size_t s = 0; s < r.losses.size(); ++s)
-      steps_csv.row(N, dtype_name(dtype), dist::stage_name(r.stage), r.prefetch, s + 1, r.losses[s], r.step_ms[s]);
+      steps_csv.row(rep.N, dtype_name(rep.dtype), dist::stage_name(r.stage), r.prefetch, s + 1, r.losses[s],
+                    r.step_ms[s]);
   }
   double worst = 0;
-  for (auto& r : all_runs)
+  for (auto& r : runs)
     for (size_t s = 0; s < r.losses.size(); ++s)
-      worst = std::max(worst, std::abs(r.losses[s] - runs[0].losses[s]) / std::abs(runs[0].losses[s]));
-  say(detail::str("    largest relative loss difference from DDP: ", worst, " (tolerance ", loss_tol, ") -> ",
-                  worst == 0 ? "the stages' losses are identical" : worst <= loss_tol ? "the stages agree" : "DISAGREE"));
-  if (!(worst <= loss_tol)) fail(detail::str("losses differ across stages by ", worst, " > ", loss_tol));
+      worst = std::max(worst, std::abs(r.losses[s] - ddp.losses[s]) / std::abs(ddp.losses[s]));
+  const char* verdict =
+      worst == 0 ? "the stages' losses are identical" : worst <= loss_tol ? "the stages agree" : "DISAGREE";
+  rep.say(detail::str("    largest relative loss difference from DDP: ", worst, " (tolerance ", loss_tol, ") -> ",
+                      verdict));
+  if (!(worst <= loss_tol)) rep.fail(detail::str("losses differ across stages by ", worst, " > ", loss_tol));
+}
 
-  // ---- the traced step, for the memory and timeline pictures ----
-  {
-    Csv trace_csv(path("trace"), "n,dtype,stage,prefetch,seq,t_ms,event,unit,param,grad,optim,activation,comm,total",
-                  lead);
-    for (auto& r : all_runs)
-      for (size_t i = 0; i < r.trace.size(); ++i) {
-        const Sample& s = r.trace[i];
-        trace_csv.row(N, dtype_name(dtype), dist::stage_name(r.stage), r.prefetch, i, s.t_ms, s.event,
-                      s.unit == "<root>" ? "root" : s.unit, s.mem[kParam], s.mem[kGrad], s.mem[kOptim], s.mem[kAct],
-                      s.mem[kComm], s.total);
-      }
-  }
-
-  // ---- 4. the memory cap ----
-  if (a.cap_mib > 0) {
-    const int64_t cap = static_cast<int64_t>(a.cap_mib * 1024 * 1024);
-    say(detail::str("\n[4] Memory cap: ", a.cap_mib, " MiB per rank (all categories). Largest n_layer that trains, per stage"));
-    say("    (C, T, batch as above). Peaks of uncapped 1-step runs at L = 2, 3, 4 give peak(L) = a + b L; L* is");
-    say("    predicted from it and confirmed under the cap: L* trains 2 steps, L*+1 runs out of memory.");
-    say(detail::str("    ", std::string(118, '-')));
-    Csv fit_csv(path("fit"), "n,dtype,stage,cap,n_layer,params,peak,fits,how", lead);
-    int64_t zero3_L = 0;
-    std::vector<int64_t> best(4, 0);
-    for (ZeroStage st : kStages) {
-      std::array<int64_t, 3> pk{};
-      for (int i = 0; i < 3; ++i) {
-        auto p = w.probe(st, 2 + i, 0, 1);
-        pk[i] = p.peak;
-        fit_csv.row(N, dtype_name(dtype), dist::stage_name(st), cap, 2 + i, p.params, p.peak, p.peak <= cap ? 1 : 0,
-                    "uncapped");
-      }
-      const int64_t b = pk[1] - pk[0];
-      const bool affine = pk[2] - pk[1] == b;
-      int64_t L = pk[0] <= cap ? 2 + (cap - pk[0]) / std::max<int64_t>(b, 1) : 1;
-      L = std::min(L, a.fit_max_layers);
-      const int64_t predicted = L;
-      // Confirm under the cap; walk if the prediction was off (the peak is not exactly affine).
-      auto check = [&](int64_t layers) {
-        if (layers < 1) return Walkthrough::CapProbe{};
-        auto p = w.probe(st, layers, cap, 2);
-        if (!p.all_ranks_agree) fail(detail::str(dist::stage_title(st), " L=", layers, ": not every rank ran out of memory"));
-        fit_csv.row(N, dtype_name(dtype), dist::stage_name(st), cap, layers, p.params, p.peak, p.fits ? 1 : 0,
-                    p.fits ? "trained under cap" : "out of memory under cap");
-        return p;
-      };
-      auto at = check(L);
-      while (L >= 1 && !at.fits) at = check(--L);
-      Walkthrough::CapProbe next;
-      if (L < a.fit_max_layers) {
-        next = check(L + 1);
-        while (next.fits && L + 1 < a.fit_max_layers) {
-          ++L;
-          next = check(L + 1);
-        }
-        if (next.fits) ++L;
-      }
-      best[static_cast<int>(st)] = L;
-      if (st == ZeroStage::Three) zero3_L = L;
-      if (lead)
-        std::printf("    %-7s peak(L=2,3,4) = %s, %s, %s MiB (%s); predicted L* = %lld; measured L* = %lld%s (%s params)\n",
-                    dist::stage_title(st), mib(pk[0]).c_str(), mib(pk[1]).c_str(), mib(pk[2]).c_str(),
-                    affine ? "affine" : "not affine", static_cast<long long>(predicted), static_cast<long long>(L),
-                    L >= a.fit_max_layers ? " (the search's limit)" : "",
-                    L >= 1 ? commas(at.params).c_str() : "0");
+// The traced step of every run, event by event with this rank's memory (the pictures' data): CSV only, no check.
+void write_trace_csv(const Report& rep, std::span<const StageRun> runs) {
+  Csv trace_csv = rep.csv("trace", "n,dtype,stage,prefetch,seq,t_ms,event,unit,param,grad,optim,activation,comm,total");
+  for (auto& r : runs)
+    for (size_t i = 0; i < r.trace.size(); ++i) {
+      const Sample& s = r.trace[i];
+      trace_csv.row(rep.N, dtype_name(rep.dtype), dist::stage_name(r.stage), r.prefetch, i, s.t_ms, s.event,
+                    s.unit == "<root>" ? "root" : s.unit, s.mem[kParam], s.mem[kGrad], s.mem[kOptim], s.mem[kAct],
+                    s.mem[kComm], s.total);
     }
-    // The experiment of the doc: DDP on the model ZeRO-3 trains under this cap.
-    if (zero3_L > best[0]) {
-      auto ddp = w.probe(ZeroStage::DDP, zero3_L, cap, 2);
-      auto z3 = w.probe(ZeroStage::Three, zero3_L, cap, 2);
-      say(detail::str("\n    The same model (L=", zero3_L, ", ", commas(z3.params), " parameters) under a ", a.cap_mib,
-                      " MiB cap per rank:"));
-      say(detail::str("    DDP:    ", ddp.fits ? "trained (unexpected)" : "out of memory on every rank: " + ddp.error));
-      if (lead && z3.fits)
-        std::printf("    ZeRO-3: trained 2 steps, losses %.6f %.6f, peak %s MiB per rank\n", z3.losses[0], z3.losses[1],
-                    mib(z3.peak).c_str());
-      if (ddp.fits || !z3.fits) fail("memory cap: expected DDP out of memory and ZeRO-3 training");
-    }
-  }
+}
 
-  say("");
-  say(detail::str("CSVs: ", a.out, "/{memory,traffic,steps,trace", a.cap_mib > 0 ? ",fit" : "", "}", sfx,
-                  "; pictures: python3 scripts/plot_walkthrough.py --out ", a.out));
-  if (failures.empty()) {
-    say(detail::str("all checks passed: memory and traffic equal the closed forms; the stages' losses ",
-                    loss_tol == 0 ? "are identical" : "agree"));
+// One stage's search for the largest n_layer under the cap.
+struct CapFit {
+  std::array<int64_t, 3> peaks{};  // uncapped 1-step peaks at L = 2, 3, 4
+  int64_t predicted = 0;           // L* from peak(L) = a + b L
+  int64_t layers = 0;              // L* measured: trains under the cap (0: not even L = 1)
+  Walkthrough::CapProbe at;        // where the walk down stopped (the walk up does not move it)
+};
+
+// Predicts L* from three uncapped runs, then walks from it under the cap: down until a size
+// trains, up until the next one runs out of memory (the peak is not exactly affine).
+CapFit fit_under_cap(Report& rep, const Args& a, Walkthrough& w, ZeroStage st, int64_t cap, Csv& fit_csv) {
+  CapFit f;
+  for (int i = 0; i < 3; ++i) {
+    auto p = w.probe(st, 2 + i, 0, 1);
+    f.peaks[i] = p.peak;
+    fit_csv.row(rep.N, dtype_name(rep.dtype), dist::stage_name(st), cap, 2 + i, p.params, p.peak, p.peak <= cap ? 1 : 0,
+                "uncapped");
+  }
+  const int64_t b = f.peaks[1] - f.peaks[0];
+  int64_t L = f.peaks[0] <= cap ? 2 + (cap - f.peaks[0]) / std::max<int64_t>(b, 1) : 1;
+  L = std::min(L, a.fit_max_layers);
+  f.predicted = L;
+  auto check = [&](int64_t layers) {
+    if (layers < 1) return Walkthrough::CapProbe{};
+    auto p = w.probe(st, layers, cap, 2);
+    if (!p.all_ranks_agree)
+      rep.fail(detail::str(dist::stage_title(st), " L=", layers, ": not every rank ran out of memory"));
+    fit_csv.row(rep.N, dtype_name(rep.dtype), dist::stage_name(st), cap, layers, p.params, p.peak, p.fits ? 1 : 0,
+                p.fits ? "trained under cap" : "out of memory under cap");
+    return p;
+  };
+  f.at = check(L);
+  while (L >= 1 && !f.at.fits) f.at = check(--L);
+  if (L < a.fit_max_layers) {
+    auto next = check(L + 1);
+    while (next.fits && L + 1 < a.fit_max_layers) {
+      ++L;
+      next = check(L + 1);
+    }
+    if (next.fits) ++L;
+  }
+  f.layers = L;
+  return f;
+}
+
+// [4] Largest n_layer per stage under --cap-mib: checks the prediction of peak(L) = a + b L by training under the cap.
+void run_cap_experiment(Report& rep, const Args& a, Walkthrough& w) {
+  const int64_t cap = static_cast<int64_t>(a.cap_mib * 1024 * 1024);
+  rep.say(detail::str("\n[4] Memory cap: ", a.cap_mib,
+                      " MiB per rank (all categories). Largest n_layer that trains, per stage"));
+  rep.say("    (C, T, batch as above). Peaks of uncapped 1-step runs at L = 2, 3, 4 give peak(L) = a + b L; L* is");
+  rep.say("    predicted from it and confirmed under the cap: L* trains 2 steps, L*+1 runs out of memory.");
+  rep.say(detail::str("    ", std::string(118, '-')));
+  Csv fit_csv = rep.csv("fit", "n,dtype,stage,cap,n_layer,params,peak,fits,how");
+  int64_t ddp_L = 0, zero3_L = 0;
+  for (ZeroStage st : kStages) {
+    const CapFit f = fit_under_cap(rep, a, w, st, cap, fit_csv);
+    const int64_t L = f.layers;
+    if (st == ZeroStage::DDP) ddp_L = L;
+    if (st == ZeroStage::Three) zero3_L = L;
+    const bool affine = f.peaks[2] - f.peaks[1] == f.peaks[1] - f.peaks[0];
+    if (rep.lead)
+      std::printf("    %-7s peak(L=2,3,4) = %s, %s, %s MiB (%s); predicted L* = %lld; "
+                  "measured L* = %lld%s (%s params)\n",
+                  dist::stage_title(st), mib(f.peaks[0]).c_str(), mib(f.peaks[1]).c_str(), mib(f.peaks[2]).c_str(),
+                  affine ? "affine" : "not affine", static_cast<long long>(f.predicted), static_cast<long long>(L),
+                  L >= a.fit_max_layers ? " (the search's limit)" : "", L >= 1 ? commas(f.at.params).c_str() : "0");
+  }
+  // The experiment of the doc: DDP on the model ZeRO-3 trains under this cap.
+  if (zero3_L > ddp_L) {
+    auto ddp = w.probe(ZeroStage::DDP, zero3_L, cap, 2);
+    auto z3 = w.probe(ZeroStage::Three, zero3_L, cap, 2);
+    rep.say(detail::str("\n    The same model (L=", zero3_L, ", ", commas(z3.params), " parameters) under a ",
+                        a.cap_mib, " MiB cap per rank:"));
+    rep.say(detail::str("    DDP:    ",
+                        ddp.fits ? "trained (unexpected)" : "out of memory on every rank: " + ddp.error));
+    if (rep.lead && z3.fits)
+      std::printf("    ZeRO-3: trained 2 steps, losses %.6f %.6f, peak %s MiB per rank\n", z3.losses[0], z3.losses[1],
+                  mib(z3.peak).c_str());
+    if (ddp.fits || !z3.fits) rep.fail("memory cap: expected DDP out of memory and ZeRO-3 training");
+  }
+}
+
+// Where the CSVs are, then every check's verdict; returns the exit code (0 all passed, 1 not).
+int print_summary(const Report& rep, const Args& a, double loss_tol) {
+  rep.say("");
+  rep.say(detail::str("CSVs: ", a.out, "/{memory,traffic,steps,trace", a.cap_mib > 0 ? ",fit" : "", "}", rep.suffix(),
+                      "; pictures: python3 scripts/plot_walkthrough.py --out ", a.out));
+  if (rep.failures.empty()) {
+    rep.say(detail::str("all checks passed: memory and traffic equal the closed forms; the stages' losses ",
+                        loss_tol == 0 ? "are identical" : "agree"));
     return 0;
   }
-  if (lead)
-    for (auto& f : failures) std::fprintf(stderr, "CHECK FAILED: %s\n", f.c_str());
+  if (rep.lead)
+    for (auto& f : rep.failures) std::fprintf(stderr, "CHECK FAILED: %s\n", f.c_str());
   return 1;
+}
+
+// ---- the program ----
+
+int run(const Args& a, dist::Communicator& comm) {
+  Report rep{.lead = comm.rank() == 0, .N = comm.size()};
+  rep.dtype = check_args(a, rep.N);
+  rep.eb = ElementBytes::of(rep.dtype);
+  rep.out = a.out;
+  const double loss_tol = a.loss_tol >= 0 ? a.loss_tol : 0.0;
+  if (rep.lead) std::filesystem::create_directories(a.out);
+  Walkthrough w(a, comm, rep.dtype, data::default_corpus_file());
+  rep.say(detail::str("zerodl ZeRO walkthrough: GPT L=", a.n_layer, " C=", a.n_embd, " NH=", a.n_head, " T=", a.seq,
+                      ", global batch ", a.batch, " (", a.batch / rep.N, " rows per rank), ", a.steps, " steps, ",
+                      dtype_name(rep.dtype), ", N=", rep.N, " ranks (", comm.backend(), "), ", omp_get_max_threads(),
+                      " OpenMP thread(s) per rank"));
+
+  const std::vector<StageRun> runs = run_stages(a, w, rep);  // DDP, ZeRO-1, ZeRO-2, ZeRO-3 [, ZeRO-3 prefetch 0]
+  const std::span<const StageRun> stages = std::span(runs).first(std::size(kStages));
+  print_sizes(rep, a, runs[0]);
+  print_memory_table(rep, stages);
+  print_traffic_table(rep, stages);
+  print_step_table(rep, a, runs, loss_tol);
+  write_trace_csv(rep, runs);
+  if (a.cap_mib > 0) run_cap_experiment(rep, a, w);
+  return print_summary(rep, a, loss_tol);
 }
 
 }  // namespace
@@ -761,6 +834,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--loss-tol", a.loss_tol, "relative loss difference allowed between stages (default 0: identical)");
   app.add_option("--out", a.out, "directory for the CSVs (default walkthrough_out)");
-  return examples::run_program("zero_walkthrough", app, argc, argv, [&](dist::Communicator& comm) { return run(a, comm); },
-                               {}, /*path_flags=*/{"--out"});
+  return examples::run_program(
+      "zero_walkthrough", app, argc, argv, [&](dist::Communicator& comm) { return run(a, comm); }, {},
+      /*path_flags=*/{"--out"});
 }

@@ -100,11 +100,8 @@ void save_checkpoint_impl(const std::string& dir, const nn::Module& model, const
   }
   for (auto& [n, t] : optimizer.state()) tensors.emplace_back(kOptimPrefix + n, t);
 
-  const std::string parent = checkpoint_parent(dir), saving = checkpoint_sibling(dir, ".saving"), old = checkpoint_sibling(dir, ".old");
-  fs::create_directories(parent);
-  fs::remove_all(saving);  // debris of an interrupted save
-  if (fs::exists(dir)) fs::remove_all(old);  // only a backup when <dir> itself is missing
-  fs::create_directory(saving);
+  prepare_staging(dir);
+  const std::string saving = checkpoint_sibling(dir, ".saving");
 
   const std::string state_path = (fs::path(saving) / kStateFile).string();
   save_safetensors(state_path, tensors, {{"format", "zdl-checkpoint"}});
@@ -125,17 +122,7 @@ void save_checkpoint_impl(const std::string& dir, const nn::Module& model, const
   w.write(text.data(), text.size());
   w.commit();  // also fsyncs `saving`
 
-  if (fs::exists(dir)) {
-    if (exchange_paths(saving, dir)) {
-      fsync_directory(parent);
-      fs::remove_all(saving);  // now the previous checkpoint
-      return;
-    }
-    rename_path(dir, old);  // no RENAME_EXCHANGE here: load falls back to `old` until the next line
-  }
-  rename_path(saving, dir);
-  fsync_directory(parent);
-  fs::remove_all(old);
+  swap_into_place(dir);
 }
 
 TrainState load_checkpoint_impl(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer) {

@@ -1,6 +1,12 @@
 #include "io/checkpoint_dir.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+
+#include "io/file.h"
 
 namespace zdl::io {
 
@@ -28,6 +34,88 @@ std::string resolve_checkpoint_dir(const std::string& dir, const char* marker_fi
   if (fs::is_directory(old) && fs::exists(fs::path(old) / marker_file)) return old;
   ZDL_CHECK(false, kind, " '", dir, "' does not exist (no directory there)");
   return dir;
+}
+
+namespace {
+
+// remove_all of a directory tree this process made: directories someone made read-only are
+// made writable first (unlinking a file needs write permission on its directory).
+void remove_tree(const fs::path& p, std::error_code& ec) {
+  fs::remove_all(p, ec);
+  if (!ec) return;
+  std::error_code walk;
+  fs::permissions(p, fs::perms::owner_all, fs::perm_options::add, walk);
+  for (auto it = fs::recursive_directory_iterator(p, walk); !walk && it != fs::recursive_directory_iterator();
+       it.increment(walk))
+    if (it->is_directory(walk)) fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, walk);
+  ec.clear();
+  fs::remove_all(p, ec);
+}
+
+void remove_tree_or_throw(const fs::path& p, const char* what) {
+  std::error_code ec;
+  remove_tree(p, ec);
+  ZDL_CHECK(!ec, "cannot remove ", what, " '", p.string(), "': ", ec.message());
+}
+
+}  // namespace
+
+void prepare_staging(const std::string& dir) {
+  const std::string saving = checkpoint_sibling(dir, ".saving");
+  fs::create_directories(checkpoint_parent(dir));
+  remove_tree_or_throw(saving, "the debris of an interrupted save");
+  if (fs::exists(dir)) remove_tree_or_throw(checkpoint_sibling(dir, ".old"), "the backup of an interrupted save");
+  fs::create_directory(saving);
+}
+
+void swap_into_place(const std::string& dir) {
+  const std::string parent = checkpoint_parent(dir), saving = checkpoint_sibling(dir, ".saving"),
+                    old = checkpoint_sibling(dir, ".old");
+  std::string previous;  // where the replaced checkpoint is now
+  if (fs::exists(dir) && exchange_paths(saving, dir)) {
+    fsync_directory(parent);
+    previous = saving;
+  } else {
+    if (fs::exists(dir)) rename_path(dir, old);  // no RENAME_EXCHANGE: load falls back to `old` until the next line
+    rename_path(saving, dir);
+    fsync_directory(parent);
+    previous = old;
+  }
+  std::error_code ec;
+  remove_tree(previous, ec);
+  if (ec)
+    std::fprintf(stderr, "zdl: warning: saved '%s', but the checkpoint it replaced (now '%s') could not be removed: %s\n",
+                 dir.c_str(), previous.c_str(), ec.message().c_str());
+}
+
+// A startup check's failure: the message alone (it is the user's input, not a code location).
+template <class... Args>
+void require(bool ok, const Args&... parts) {
+  if (!ok) throw Error(detail::str(parts...));
+}
+
+void check_checkpoint_destination(const std::string& dir, const char* marker_file) {
+  std::error_code ec;
+  const fs::path p(dir);
+  if (fs::exists(p, ec)) {
+    require(fs::is_directory(p, ec), "'", dir, "' exists and is not a directory");
+    require(fs::is_empty(p, ec) || fs::exists(p / marker_file, ec), "'", dir,
+            "' is a non-empty directory that is not a zdl checkpoint (no ", marker_file,
+            "); a save replaces the whole directory, so choose a new or empty one");
+    const bool writable = ::access(dir.c_str(), W_OK | X_OK) == 0;
+    const int err = errno;
+    require(writable, "the checkpoint directory '", dir, "' is not writable (", std::strerror(err),
+            "): a save replaces it and removes its files");
+  }
+  const std::string parent = checkpoint_parent(dir);
+  fs::create_directories(parent, ec);
+  require(!ec, "cannot create the directory '", parent, "' for '", dir, "': ", ec.message());
+  std::string probe = parent + "/.zdl-save-probe.XXXXXX";
+  const int fd = ::mkstemp(probe.data());
+  const int err = errno;
+  require(fd >= 0, "cannot write in '", parent, "' (where '", dir, "' goes): ", std::strerror(err));
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 std::string hex64(uint64_t v) {

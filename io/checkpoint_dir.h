@@ -18,6 +18,21 @@ std::string checkpoint_parent(const std::string& dir);
 // The directory to load: `dir`, or its ".old" sibling (holding `marker_file`) left by an
 // interrupted save on a file system without RENAME_EXCHANGE. Throws naming `kind` if neither.
 std::string resolve_checkpoint_dir(const std::string& dir, const char* marker_file, const char* kind);
+// The save protocol, shared by both checkpoint kinds:
+//   prepare_staging(dir)      "<parent>/.<name>.saving" made fresh (debris of an interrupted save
+//                             removed, and the ".old" backup once `dir` itself exists again);
+//   ... write the files into checkpoint_sibling(dir, ".saving"), fsync, commit the manifest ...
+//   swap_into_place(dir)      the staging directory becomes `dir` atomically (RENAME_EXCHANGE, or
+//                             a rename through ".old" that load falls back to), then the previous
+//                             checkpoint is removed. A previous checkpoint that cannot be removed
+//                             (made read-only) is a warning, not a failed save: the new one is in place.
+void prepare_staging(const std::string& dir);
+void swap_into_place(const std::string& dir);
+// Throws unless a save to `dir` can succeed: `dir` is absent, an empty directory or a checkpoint
+// (a save replaces it whole), its parent can be created and written, and an existing `dir` is
+// writable (its files are removed when a new checkpoint replaces it). For startup checks, so a
+// typo or a read-only disk fails at once, not at the first save hours later.
+void check_checkpoint_destination(const std::string& dir, const char* marker_file);
 // 16 lowercase hex digits (checksums in manifests).
 std::string hex64(uint64_t v);
 

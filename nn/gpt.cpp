@@ -24,6 +24,10 @@ double GPTConfig::num_parameters() const {
   return static_cast<double>(padded_vocab()) * C + static_cast<double>(block_size) * C + L * block + (bias ? 2 : 1) * C;
 }
 
+double GPTConfig::training_flops_per_token(int64_t seq) const {
+  return 6.0 * num_parameters() + 6.0 * static_cast<double>(n_layer) * static_cast<double>(n_embd) * static_cast<double>(seq);
+}
+
 GPT::GPT(const GPTConfig& cfg) : Module("GPT"), config(cfg) {
   cfg.validate();
   wte = register_module("wte", std::make_shared<Embedding>(EmbeddingOptions{cfg.padded_vocab(), cfg.n_embd, 0.02}));

@@ -28,6 +28,10 @@ struct GPTConfig {
   // The model's parameter count, without building it (in double: checked before any
   // allocation, for configs far too large to build): wte (padded) + wpe + L blocks + ln_f.
   double num_parameters() const;
+  // Floating-point operations to train on one token at sequence length `seq`, as llm.c and the
+  // PaLM paper count them for MFU: 6 per parameter (forward 2, backward 4, of the matrix
+  // products) plus attention's scores and weighted sums, 6 L C T.
+  double training_flops_per_token(int64_t seq) const;
   // Throws with a message naming the bad field.
   void validate() const;
 };

@@ -356,12 +356,14 @@ inline void expect_consolidation_matches_zero_model(Communicator& comm) {
   }
   RunConfig c;
   Tensor ids = global_batch(c, cfg.vocab_size, 7, 0).first;
-  NoGradGuard ng;
-  std::vector<double> a = run.model->logits(ids).to_vector(), b = plain->logits(ids).to_vector();
-  ASSERT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
-  EXPECT_LE(worst, 1e-6) << comm.prefix() << " logits of the consolidated model vs the ZeRO model";
+  {
+    NoGradGuard ng;
+    std::vector<double> a = run.model->logits(ids).to_vector(), b = plain->logits(ids).to_vector();
+    ASSERT_EQ(a.size(), b.size());
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+    EXPECT_LE(worst, 1e-6) << comm.prefix() << " logits of the consolidated model vs the ZeRO model";
+  }
 
   // A checkpoint without the GPT config cannot be consolidated: a clear error.
   io::TrainState bare = run.state(2);
@@ -371,6 +373,21 @@ inline void expect_consolidation_matches_zero_model(Communicator& comm) {
   if (comm.rank() == 0) {
     EXPECT_TRUE(contains(err, "metadata[\"config\"]")) << err;
   }
+
+  // An output inside the checkpoint it reads (over layout.json, over a shard, in a subfolder,
+  // through "..") is refused before anything is written: the checkpoint still loads.
+  const std::string ck = tmp / "ckpt";
+  for (const std::string& inside : {ck + "/layout.json", ck + "/rank-0-of-" + std::to_string(comm.size()) + ".safetensors",
+                                    ck + "/sub/x.safetensors", ck + "/../ckpt/new.safetensors"}) {
+    on_rank0(comm, [&] { err = error_of([&] { consolidate_sharded(ck, inside); }); });
+    if (comm.rank() == 0) {
+      EXPECT_TRUE(contains(err, "is inside the checkpoint directory")) << inside << ": " << err;
+      EXPECT_FALSE(std::filesystem::exists(ck + "/new.safetensors"));
+    }
+  }
+  run.steps(2, 3);  // moves the model away from the checkpoint
+  EXPECT_NO_THROW(load_sharded(ck, *run.zero, *run.opt)) << comm.prefix();
+  EXPECT_EQ(run.params(), zero_params) << comm.prefix() << " the checkpoint's weights, intact";
 }
 
 // ---- across world sizes (wired by ctest: the N = 4 run saves, N = 1 and 2 load) ----

@@ -513,6 +513,56 @@ class TrainGptFaults(unittest.TestCase):
             self.assert_usage_error(p, needles, str(args))
         self.assertEqual(os.listdir(not_ck), ["thesis.tex"])  # untouched
 
+    @unittest.skipIf(os.geteuid() == 0 and not shutil.which("setpriv"), "root without setpriv: cannot drop privileges")
+    def test_read_only_checkpoint_directory_is_refused_at_startup_and_left_intact(self):
+        # Root may write anywhere: the runs drop to nobody (setpriv) so permissions apply.
+        as_user = [] if os.geteuid() != 0 else ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        os.chmod(self.dir, 0o777)
+        data = self.p("ro_data.txt")
+        shutil.copy(self.data, data)
+        os.chmod(data, 0o644)
+        ck = self.p("ck_ro")
+
+        def train(*args, check=True):
+            cmd = as_user + [TRAIN_GPT, "--data", data, *SMALL, *args]
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=self.dir, env=MPI_ENV)
+            if check:
+                self.assertEqual(p.returncode, 0, p.stderr)
+            return p
+
+        train("--steps", "2", "--save", ck)
+        def contents():
+            out = {}
+            for f in os.listdir(ck):
+                with open(os.path.join(ck, f), "rb") as fh:
+                    out[f] = fh.read()
+            return out
+
+        before = contents()
+        os.chmod(ck, 0o555)
+        try:
+            p = train("--steps", "1000000", "--save", ck, check=False)
+            self.assert_usage_error(p, ["--save", "ck_ro", "is not writable"], "--save into a read-only checkpoint")
+            self.assertEqual(contents(), before)
+            self.assertEqual(sorted(f for f in os.listdir(self.dir) if "ck_ro" in f), ["ck_ro"])  # no staging debris
+        finally:
+            os.chmod(ck, 0o755)
+        # Writable again: a save replaces it and leaves nothing beside it.
+        train("--resume", ck, "--steps", "3", "--save", ck)
+        self.assertEqual(self.checkpoint_step(ck), 3)
+        self.assertEqual(sorted(f for f in os.listdir(self.dir) if "ck_ro" in f), ["ck_ro"])
+
+    def test_metrics_write_failure_fails_the_run_naming_the_file(self):
+        # A full disk for the metrics log (RLIMIT_FSIZE, SIGXFSZ ignored: write() fails with
+        # EFBIG), after its first lines: the run stops with exit 1 and says why.
+        metrics = self.p("full.jsonl")
+        p = self.run_gpt("--data", self.data, *SMALL, "--steps", "50", "--metrics", metrics, check=False,
+                         preexec_fn=limit_file_size(1500, ignore_sigxfsz=True))
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("cannot write the metrics file", p.stderr)
+        self.assertIn("full.jsonl", p.stderr)
+        self.assertNotIn("step    50/50", p.stdout)
+
     @unittest.skipIf(MPIRUN is None, "no mpirun")
     def test_bad_input_under_mpirun_exits_2_on_every_rank_printed_once(self):
         ck = self.p("ck2")
@@ -593,6 +643,26 @@ class TrainGptFaults(unittest.TestCase):
             p, took = self.run_mpmd(base + args0, base + args1)
             self.assert_usage_error(p, needle, f"{args0} vs {args1}")
             self.assertLess(took, 30, f"{args1}: a rank waited for the other")
+
+    @unittest.skipIf(MPIRUN is None, "no mpirun")
+    def test_checkpoint_error_only_one_rank_sees_is_shown_with_its_reason(self):
+        # Ranks on different hosts read their own copies of a checkpoint (paths may differ): a
+        # copy corrupted where only rank 1 reads is reported by rank 0 with rank 1's reason.
+        ck = self.p("ck_local")
+        self.run_gpt("--data", self.data, *SMALL, "--steps", "2", "--save", ck, ranks=2)
+        bad = self.p("ck_local_copy")
+        shutil.copytree(ck, bad)
+        shard = os.path.join(bad, "rank-1-of-2.safetensors")
+        with open(shard, "r+b") as f:
+            f.seek(-100, os.SEEK_END)
+            byte = f.read(1)
+            f.seek(-100, os.SEEK_END)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        base = ["--data", self.data, *SMALL, "--steps", "4"]
+        p, took = self.run_mpmd(base + ["--resume", ck], base + ["--resume", bad])
+        self.assert_usage_error(p, ["--resume", "rank 1 failed", "ck_local_copy/rank-1-of-2.safetensors",
+                                    "is corrupted"], "a shard only rank 1 reads")
+        self.assertLess(took, 30)
 
 
 if __name__ == "__main__":
