@@ -1,5 +1,6 @@
 # Build options shared by every target.
 option(ZDL_BUILD_TESTS "Build the GoogleTest suite" ON)
+option(ZDL_NCCL "CUDA builds: use NCCL for multi-GPU collectives when it is found" ON)
 option(ZDL_NATIVE "Optimize for the building machine's CPU (-march=native)" ON)
 
 set(ZDL_WARNINGS -Wall -Wextra -Wno-unused-parameter)

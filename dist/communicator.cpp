@@ -12,7 +12,7 @@
 
 #include "dist/local_communicator.h"
 #include "dist/mpi_communicator.h"
-#ifdef ZDL_WITH_CUDA
+#ifdef ZDL_WITH_NCCL
 #include "dist/nccl_communicator.h"
 #endif
 
@@ -89,7 +89,7 @@ std::string requested_backend(const InitOptions& options) {
   return env != nullptr && *env != '\0' ? std::string(env) : "auto";
 }
 
-#ifdef ZDL_WITH_CUDA
+#ifdef ZDL_WITH_NCCL
 // [Note: NCCL or MPI staging] NCCL needs one GPU per rank: two ranks on one GPU make
 // ncclCommInitRank fail ("duplicate GPU"). Rank r takes GPU local_rank % count
 // (select_cuda_device), so the GPUs are distinct exactly when every rank's local rank is below
@@ -155,7 +155,7 @@ static std::shared_ptr<Communicator> init_backend(const InitOptions& options) {
   const bool launched = launched_by_mpi();
   if (b == "local" || (b == "auto" && !launched)) return std::make_shared<LocalCommunicator>(dev);
   if (b == "nccl") {
-#ifdef ZDL_WITH_CUDA
+#ifdef ZDL_WITH_NCCL
     ZDL_CHECK(dev.is_cuda(), "dist::init: backend nccl needs a CUDA device, got ", dev.str());
     // Without a launcher the NCCL communicator has one rank and needs no MPI.
     std::shared_ptr<Communicator> host;
@@ -170,12 +170,12 @@ static std::shared_ptr<Communicator> init_backend(const InitOptions& options) {
     }
     return std::make_shared<NcclCommunicator>(std::move(host));
 #else
-    throw Error("dist::init: backend nccl requested but this zerodl build has no CUDA/NCCL support "
-                "(configure with -DZDL_CUDA=ON)");
+    throw Error("dist::init: backend nccl requested but this zerodl build has no NCCL (configure with "
+                "-DZDL_CUDA=ON where NCCL is installed, or set NCCL_ROOT; backend mpi works without it)");
 #endif
   }
   auto mpi = std::make_shared<MpiCommunicator>(dev);
-#ifdef ZDL_WITH_CUDA
+#ifdef ZDL_WITH_NCCL
   // auto: NCCL for CUDA tensors across ranks when every rank has a GPU of its own (the MPI
   // communicator bootstraps it and carries its host-side helpers); ranks sharing a GPU stay on
   // MPI with pinned host staging ([Note: NCCL or MPI staging]); one rank needs no NCCL.

@@ -566,6 +566,9 @@ void ZeroPartitioner::reduce_grads(ParamUnit& u) {
   pending_reduce_ = std::move(p);
   // Finished by the next unit's reduction, or at the end of this backward (a no-op by then for
   // all but the last unit's callback; the engine drops the callbacks of a backward that throws).
+  // Every reduction queues its own finisher behind itself, so nothing depends on the order of
+  // this callback and nn::Module's end-of-backward one (which may fire a post-backward hook and
+  // so issue a reduction from inside the callback queue: its finisher is queued after it).
   if (autograd::in_backward()) autograd::queue_callback([this] { wait_for_reductions(); });
   else wait_for_reductions();
 }

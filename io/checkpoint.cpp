@@ -169,6 +169,8 @@ TrainState load_checkpoint_impl(const std::string& dir, nn::Module& model, optim
       }
       if (it->second.shape() != t.shape())
         problem(prefix + n + " (expected " + shape_str(t.shape()) + ", got " + shape_str(it->second.shape()) + ")");
+      else if (is_floating(it->second.dtype()) != is_floating(t.dtype()))  // integers are never read as floats
+        problem(prefix + n + " (expected " + dtype_name(t.dtype()) + ", got " + dtype_name(it->second.dtype()) + ")");
       theirs.erase(it);
     }
     for (auto& [n, t] : theirs) problem("unexpected: " + prefix + n);

@@ -139,15 +139,28 @@ nn::GPTConfig config_from_gpt2_file(const std::string& path, const GPT2ConfigOve
   ZDL_CHECK(*blocks.rbegin() == L - 1, "GPT-2 file '", path, "': blocks are not numbered 0..", L - 1,
             " (highest is h.", *blocks.rbegin(), ")");
 
+  for (auto& [n, e] : by_name)
+    ZDL_CHECK(is_floating(e->dtype), "GPT-2 file '", path, "': '", n, "' is ", safetensors_dtype_name(e->dtype),
+              " (weights must be floating point: F32, BF16, F16 or F64)");
+
   nn::GPTConfig cfg;
   cfg.n_layer = L;
   cfg.n_embd = wte[1];
   cfg.block_size = wpe[0];
   cfg.vocab_size = wte[0];
+  // Metadata that contradicts the tensors' shapes is a damaged or hand-edited file, not a
+  // choice between the two.
+  for (auto [key, shape_value] : {std::pair<const char*, int64_t>{"n_layer", L}, {"n_embd", wte[1]}, {"block_size", wpe[0]}})
+    if (int64_t v = metadata_int(path, h.metadata, key); v > 0)
+      ZDL_CHECK(v == shape_value, "GPT-2 file '", path, "': metadata ", key, "=", v, " contradicts the tensors (",
+                shape_value, ")");
   // A file that stores padded rows (llm.c style) says the real vocabulary in its metadata.
-  if (int64_t v = metadata_int(path, h.metadata, "vocab_size"); v > 0 && v < wte[0]) {
-    cfg.vocab_size = v;
-    cfg.padded_vocab_size = wte[0];
+  if (int64_t v = metadata_int(path, h.metadata, "vocab_size"); v > 0) {
+    ZDL_CHECK(v <= wte[0], "GPT-2 file '", path, "': metadata vocab_size=", v, " exceeds wte's ", wte[0], " rows");
+    if (v < wte[0]) {
+      cfg.vocab_size = v;
+      cfg.padded_vocab_size = wte[0];
+    }
   }
   if (overrides.padded_vocab_size > 0) cfg.padded_vocab_size = overrides.padded_vocab_size;
   else if (int64_t p = metadata_int(path, h.metadata, "padded_vocab_size"); p > cfg.vocab_size) cfg.padded_vocab_size = p;
@@ -190,6 +203,10 @@ void load_gpt2(nn::GPT& model, const std::string& path) {
     }
     Tensor src = it->second;
     file.erase(it);
+    if (!is_floating(src.dtype())) {
+      problem(e.name + " is " + dtype_name(src.dtype()) + " (weights must be floating point)");
+      continue;
+    }
     bool shape_ok = src.shape() == e.file_shape || (e.name == "wte.weight" && src.shape() == Shape{Vp, C});
     if (!shape_ok) {
       problem(e.name + " (expected " + shape_str(e.file_shape) +

@@ -51,9 +51,9 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   # The library (every CUDA source), the programs and the GPU-facing tests: everything that
   # links CUDA; the CPU-only test binaries were built and run above.
   stage "CUDA build (compile + link)"
-  ZDL_TARGETS="zdl train_gpt test_cuda test_dist" bash scripts/build.sh "$root/build-cuda" -DZDL_CUDA=ON
+  ZDL_TARGETS="zdl train_gpt test_cuda test_dist test_dist_mpi" bash scripts/build.sh "$root/build-cuda" -DZDL_CUDA=ON
   stage "GPU tests (skip without a GPU)"
-  ctest --test-dir "$root/build-cuda" --output-on-failure -L "test_cuda|test_dist" --timeout 900
+  ctest --test-dir "$root/build-cuda" --output-on-failure -L "test_cuda|test_dist|gpu" --timeout 900
 fi
 
 # ---- ASan + UBSan: the whole CPU suite -------------------------------------------------------

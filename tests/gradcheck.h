@@ -3,7 +3,9 @@
 // For f: inputs -> tensor, checks the analytic gradient of sum(f(x) * w) (w a fixed random
 // weighting, so every output element matters) against central differences in f64:
 //   d/dx_i ~ (L(x_i + h) - L(x_i - h)) / 2h,  h = 1e-6.
-// Reports the worst relative error max|analytic - numeric| / max(1, max|numeric|) per input.
+// Reports the worst relative error over every element of every input:
+//   max_i |analytic_i - numeric_i| / max(|numeric_i|, 0.01)
+// (per element, so small gradients are held to the same relative bound as large ones).
 #pragma once
 #include <functional>
 #include <string>

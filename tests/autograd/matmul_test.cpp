@@ -90,8 +90,9 @@ TEST(Matmul, ForwardMatchesTripleLoopF32) {
   expect_close(matmul(at, bt).to_vector(), naive_matmul(a, b), 1e-4);
 }
 
-TEST(Matmul, LargeProductUsesAllThreadsAndMatchesReference) {
-  // Big enough for Eigen to split over threads; batched with many small matrices too.
+TEST(Matmul, LargeAndBatchedProductsMatchReference) {
+  // Big enough to be tiled (the tiles run on all threads; that the bits do not depend on the
+  // thread count is tests/kernels/exactness_test.cpp's); batched with many small matrices too.
   Tensor a = Tensor::randn({4, 130, 70}, 23), b = Tensor::randn({4, 70, 90}, 24);
   Tensor c = matmul(a, b);
   std::vector<double> got = c.to_vector();

@@ -1,5 +1,8 @@
-// NCCL backend with one rank (no launcher needed): collectives on CUDA tensors, stream ordering
-// with the compute stream, ledger entries. Skips without a GPU or in a CPU-only build.
+// NCCL backend with one rank (no launcher needed; NCCL refuses two ranks on one GPU): every
+// collective completes on CUDA tensors of every dtype, a result is visible after wait() (the
+// compute stream waits for NCCL's), and the ledger records the calls. Over one rank a sum is
+// the identity: the sums are checked with several ranks over MPI (tests/dist/mpi/). Skips
+// without a GPU, in a CPU-only build or a build without NCCL.
 #include <gtest/gtest.h>
 
 #include "dist/communicator.h"
@@ -8,9 +11,14 @@ namespace zdl::dist {
 
 #define ZDL_REQUIRE_GPU() \
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device (or CPU-only build)"
+#ifdef ZDL_WITH_NCCL
+#define ZDL_REQUIRE_NCCL() ZDL_REQUIRE_GPU()
+#else
+#define ZDL_REQUIRE_NCCL() GTEST_SKIP() << "this build has no NCCL"
+#endif
 
 TEST(NcclCommunicator, OneRankCollectivesOnTheGpu) {
-  ZDL_REQUIRE_GPU();
+  ZDL_REQUIRE_NCCL();
   if (launched_by_mpi()) GTEST_SKIP() << "one-rank test; run without mpirun";
   auto comm = init({.device = Device::cuda(), .backend = "nccl"});
   ASSERT_EQ(comm->backend(), "nccl");

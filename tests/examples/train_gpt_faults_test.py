@@ -26,9 +26,7 @@ import unittest
 TRAIN_GPT = None
 SMALL = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--seq", "16", "--batch", "4",
          "--eval-every", "0", "--warmup", "2", "--lr", "3e-3"]
-MPIRUN = shutil.which("mpirun")
-MPI_ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
+from mpi_launcher import MPI_ENV, MPIRUN, command, mpmd
 # The watchdog timeout of the distributed fault tests, and what the job may take beyond it to end.
 TIMEOUT_S = 5
 SLACK_S = 25
@@ -173,7 +171,7 @@ class TrainGptFaults(unittest.TestCase):
         return os.path.join(self.dir, name)
 
     def run_gpt(self, *args, ranks=0, check=True, timeout=120, preexec_fn=None):
-        cmd = [MPIRUN, "-np", str(ranks), TRAIN_GPT, *args] if ranks else [TRAIN_GPT, *args]
+        cmd = command(TRAIN_GPT, args, ranks)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=MPI_ENV,
                                 preexec_fn=preexec_fn, cwd=self.dir)
         self.procs.append(proc)
@@ -194,7 +192,7 @@ class TrainGptFaults(unittest.TestCase):
 
     def start(self, *args, ranks=0, name="run"):
         """A background run; stdout and stderr go to files (no pipe to fill up)."""
-        cmd = [MPIRUN, "-np", str(ranks), TRAIN_GPT, *args] if ranks else [TRAIN_GPT, *args]
+        cmd = command(TRAIN_GPT, args, ranks)
         out, err = open(self.p(name + ".out"), "w+"), open(self.p(name + ".err"), "w+")
         self.files += [out, err]
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=MPI_ENV, cwd=self.dir)
@@ -332,7 +330,7 @@ class TrainGptFaults(unittest.TestCase):
     def test_resume_after_a_crash_mid_run_is_bit_exact(self):
         # SIGKILL of rank 0 at some step after saves every 2 steps (possibly during one): the
         # last complete checkpoint resumes to the same losses as the run that was never killed.
-        ranks = 2 if MPIRUN else 0
+        ranks = 2 if MPIRUN else 0  # run by hand without MPI: the one-process crash (ctest always has MPI)
         extra = ["--zero-stage", "2"] if ranks else []
         ck = self.p("ck")
         proc, pids = self.run_until_steps(["--data", self.data, *SMALL, *extra, "--save", ck, "--save-every", "2"],
@@ -585,7 +583,7 @@ class TrainGptFaults(unittest.TestCase):
 
     def run_mpmd(self, args0, args1, timeout=90):
         """Two ranks started with different arguments (MPMD: `mpirun -np 1 A : -np 1 B`)."""
-        cmd = [MPIRUN, "-np", "1", TRAIN_GPT, *args0, ":", "-np", "1", TRAIN_GPT, *args1]
+        cmd = mpmd(TRAIN_GPT, args0, args1)
         t0 = time.monotonic()
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=MPI_ENV,
                               cwd=self.dir, timeout=timeout)

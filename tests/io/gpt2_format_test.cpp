@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 
 #include "autograd/grad_mode.h"
 #include "io/gpt2_format.h"
@@ -184,6 +185,42 @@ TEST(GPT2Format, LoadRejectsAMismatchedModelListingEveryProblem) {
   EXPECT_NE(msg.find("h.0.attn.c_attn.weight (expected [32,96], got [16,48])"), std::string::npos) << msg;
   EXPECT_NE(msg.find("unexpected: h.1.ln_1.weight"), std::string::npos) << msg;
   EXPECT_NE(msg.find("wte.weight (expected [50,32] or [64,32], got [50,16])"), std::string::npos) << msg;
+}
+
+TEST(GPT2Format, IntegerWeightsAndMetadataThatContradictsTheShapesAreRefused) {
+  TempDir dir;
+  auto m = make_gpt(small_config(), 9);
+  export_gpt2(*m, dir / "gpt2.safetensors");
+  const SafetensorsFile good = load_safetensors(dir / "gpt2.safetensors");
+  auto rewrite = [&](const std::string& name, const std::function<void(NamedTensors&, Metadata&)>& edit) {
+    NamedTensors t(good.tensors.begin(), good.tensors.end());
+    Metadata meta = good.metadata;
+    edit(t, meta);
+    save_safetensors(dir / name, t, meta);
+    return dir / name;
+  };
+  // I32 bits where a weight belongs: refused by both the config reader and the loader.
+  const std::string ints = rewrite("ints.safetensors", [](NamedTensors& t, Metadata&) {
+    for (auto& [n, x] : t)
+      if (n == "h.0.mlp.c_fc.weight") x = x.to(DType::I32);
+  });
+  std::string msg = error_of([&] { config_from_gpt2_file(ints); });
+  EXPECT_NE(msg.find("'h.0.mlp.c_fc.weight' is I32 (weights must be floating point"), std::string::npos) << msg;
+  auto target = make_gpt(small_config(), 10);
+  const auto before = target->h[0]->mlp->c_fc->weight.to_vector();
+  msg = error_of([&] { load_gpt2(*target, ints); });
+  EXPECT_NE(msg.find("h.0.mlp.c_fc.weight is i32 (weights must be floating point)"), std::string::npos) << msg;
+  EXPECT_EQ(target->h[0]->mlp->c_fc->weight.to_vector(), before);  // nothing copied
+  // Metadata that the shapes contradict.
+  for (auto kv : {std::pair<std::string, std::string>{"n_layer", "3"}, {"n_embd", "32"}, {"block_size", "8"},
+                  {"vocab_size", "65"}}) {
+    const std::string& key = kv.first;
+    const std::string& value = kv.second;
+    const std::string f = rewrite(key + ".safetensors", [&](NamedTensors&, Metadata& meta) { meta[key] = value; });
+    msg = error_of([&] { config_from_gpt2_file(f); });
+    EXPECT_NE(msg.find("metadata " + key + "=" + value), std::string::npos) << key << ": " << msg;
+  }
+  EXPECT_EQ(config_from_gpt2_file(dir / "gpt2.safetensors").n_layer, 2);  // the untouched file still reads
 }
 
 TEST(GPT2Format, BiasFreeModelsExportZeroBiases) {

@@ -41,9 +41,8 @@ TEST(GPT, GradientsMatchFiniteDifferencesInF64) {
   for (auto& [name, p] : model->named_parameters()) {
     auto g = p.grad().to_vector();
     double* data = p.data<double>();
-    // A spread of elements of every parameter (all of them for small ones).
-    int64_t n = p.numel(), stride = std::max<int64_t>(1, n / 23);
-    for (int64_t i = 0; i < n; i += stride) {
+    // Every element of every parameter.
+    for (int64_t i = 0; i < p.numel(); ++i) {
       double orig = data[i];
       double lp, lm;
       {
@@ -55,7 +54,8 @@ TEST(GPT, GradientsMatchFiniteDifferencesInF64) {
         data[i] = orig;
       }
       double num = (lp - lm) / (2 * h);
-      double err = std::abs(num - g[i]) / std::max(1.0, std::abs(num));
+      // Relative per element, as tests/gradcheck.h judges (elements below 0.01 against 0.01).
+      double err = std::abs(num - g[i]) / std::max(1e-2, std::abs(num));
       worst = std::max(worst, err);
       EXPECT_LT(err, 1e-6) << name << "[" << i << "]: analytic " << g[i] << " numeric " << num;
     }

@@ -65,12 +65,12 @@ TEST(MpiCommunicator, AllReduceSumsEveryDtype) {
     for (int64_t n : {1, 1001}) {
       Tensor t = make([&](int64_t i) { return small_value(i, r); }, n, dt);
       c.all_reduce(t);
-      std::vector<double> got = t.to_vector();
-      for (int64_t i = 0; i < n; ++i) {
-        double expect = 0;
-        for (int q = 0; q < N; ++q) expect += small_value(i, q);
-        ASSERT_EQ(got[static_cast<size_t>(i)], expect) << dtype_name(dt) << " n=" << n << " i=" << i;
-      }
+      // EXPECT on whole vectors, never ASSERT: a rank that returned early would leave the
+      // others waiting in the next collective until the watchdog.
+      std::vector<double> expect(static_cast<size_t>(n), 0.0);
+      for (int64_t i = 0; i < n; ++i)
+        for (int q = 0; q < N; ++q) expect[static_cast<size_t>(i)] += small_value(i, q);
+      EXPECT_EQ(t.to_vector(), expect) << dtype_name(dt) << " n=" << n;
     }
   }
   // Wide values keep all 64 bits of i64 and all 53 of f64.
@@ -105,12 +105,10 @@ TEST(MpiCommunicator, ReduceScatterSumsOwnBlock) {
     Tensor in = make([&](int64_t j) { return value(j, r); }, N * n, dt);
     Tensor out = Tensor::full({n}, -1, dt);
     c.reduce_scatter(in, out);
-    std::vector<double> got = out.to_vector();
-    for (int64_t i = 0; i < n; ++i) {
-      double expect = 0;
-      for (int q = 0; q < N; ++q) expect += value(r * n + i, q);
-      ASSERT_EQ(got[static_cast<size_t>(i)], expect) << dtype_name(dt) << " i=" << i;
-    }
+    std::vector<double> got = out.to_vector(), expect(static_cast<size_t>(n), 0.0);
+    for (int64_t i = 0; i < n; ++i)
+      for (int q = 0; q < N; ++q) expect[static_cast<size_t>(i)] += value(r * n + i, q);
+    EXPECT_EQ(got, expect) << dtype_name(dt);
     // Output inside the input (its own block): staged through a temporary.
     Tensor in2 = make([&](int64_t j) { return value(j, r); }, N * n, dt);
     Tensor own = block_of(in2, r, n);
@@ -128,9 +126,10 @@ TEST(MpiCommunicator, AllGatherConcatenatesBlocksAlsoInPlace) {
     Tensor in = make([&](int64_t i) { return value(i, r); }, n, dt);
     Tensor out = Tensor::full({N * n}, -1, dt);
     c.all_gather(in, out);
-    std::vector<double> got = out.to_vector();
+    std::vector<double> got = out.to_vector(), expect;
     for (int q = 0; q < N; ++q)
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[static_cast<size_t>(q * n + i)], value(i, q)) << dtype_name(dt);
+      for (int64_t i = 0; i < n; ++i) expect.push_back(value(i, q));
+    EXPECT_EQ(got, expect) << dtype_name(dt);
     // In place: the input is this rank's block of the output.
     Tensor full = Tensor::full({N * n}, -1, dt);
     Tensor own = block_of(full, r, n);
@@ -148,13 +147,16 @@ TEST(MpiCommunicator, BroadcastFromEveryRoot) {
       Tensor t = r == root ? make([&](int64_t i) { return static_cast<double>(i % 11 + root); }, 19, dt)
                            : Tensor::full({19}, -7, dt);
       c.broadcast(t, root);
-      std::vector<double> got = t.to_vector();
-      for (int64_t i = 0; i < 19; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], i % 11 + root) << dtype_name(dt);
+      std::vector<double> expect;
+      for (int64_t i = 0; i < 19; ++i) expect.push_back(static_cast<double>(i % 11 + root));
+      EXPECT_EQ(t.to_vector(), expect) << dtype_name(dt) << " root " << root;
     }
   }
 }
 
-TEST(MpiCommunicator, AsyncCollectivesOverlapAndWaitInAnyOrder) {
+// That the transfer overlaps the caller's compute is measured, not asserted (tests check
+// results, never timing): the walkthrough's ZeRO-3 run prints the time blocked on all-gathers.
+TEST(MpiCommunicator, AsyncCollectivesGiveRightResultsWhileTheCallerComputesAndWaitInAnyOrder) {
   Communicator& c = world();
   const int N = c.size(), r = c.rank();
   const int64_t n = 100003;
@@ -166,7 +168,8 @@ TEST(MpiCommunicator, AsyncCollectivesOverlapAndWaitInAnyOrder) {
   // Compute on this thread while the communication thread runs the collectives.
   double acc = 0;
   for (int64_t i = 0; i < 2'000'000; ++i) acc += std::sqrt(static_cast<double>(i));
-  EXPECT_GT(acc, 0);
+  volatile double keep = acc;  // the compute is not optimized away
+  (void)keep;
   wb->wait();
   wa->wait();
   EXPECT_TRUE(wa->done());
@@ -311,8 +314,8 @@ TEST(MpiCommunicator, StagesCudaTensorsThroughPinnedMemory) {
 
 namespace zdl::dist {
 
-// Checks the harness itself: run with --gtest_also_run_disabled_tests --gtest_filter='*FailsOnLastRank*';
-// the job must exit nonzero although rank 0 passes.
+// Checks the harness itself (ctest dist_mpi_harness_fails_on_last_rank runs it and expects the
+// job to fail): a failure on the last rank only must make the job exit nonzero.
 TEST(MpiTestHarness, DISABLED_FailsOnLastRank) {
   Communicator& c = testing::world();
   EXPECT_NE(c.rank(), c.size() - 1) << "deliberate failure on the last rank";

@@ -1,7 +1,7 @@
 // ZeRO on GPUs at N ranks (run under mpirun for N = 2 and 4 by the dist_mpi_np* ctest entries):
 // every stage's losses and parameters equal those of one process training stage 0 on the whole
-// batch on the GPU; bf16 within bf16 accuracy; a NaN gradient on one rank is seen by all. On the
-// lent machine all ranks share one GPU, which NCCL refuses: dist::init's automatic choice must
+// batch on the GPU; bf16 within bf16 accuracy; a NaN gradient on one rank is seen by all. On a
+// machine with one GPU all ranks share it, which NCCL refuses: dist::init's automatic choice must
 // then be MPI with host staging (checked), and backend nccl a clear error. On a box with a GPU
 // per rank the same tests run over NCCL. Skips (on every rank alike) where no GPU is visible.
 #include <gtest/gtest.h>
