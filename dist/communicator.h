@@ -52,7 +52,11 @@ namespace zdl::dist {
 class Work {
  public:
   virtual ~Work() = default;
-  // Blocks until done; throws on failure or after the communicator's timeout (watchdog).
+  // Makes the result usable: blocks until done (MPI, local), or, for NCCL on CUDA tensors,
+  // orders this thread's GPU stream after the collective and returns (what runs on the stream
+  // afterwards sees the result; reading it on the host synchronizes as any GPU read does).
+  // Throws on failure or after the communicator's timeout (NCCL: its watchdog thread ends the
+  // job, since nothing on the host is blocked to receive an exception).
   virtual void wait() = 0;
   // Non-blocking check.
   virtual bool done() = 0;

@@ -1,5 +1,6 @@
 // NcclCommunicator (see nccl_communicator.h): RAII wrappers for the NCCL communicator, the
-// communication stream and events; the collectives; the polling Work with the watchdog.
+// communication stream and events; the collectives; Work as a stream dependency, timed by the
+// watchdog thread.
 #include "dist/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -7,8 +8,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "core/cuda_check.h"
 #include "dist/async_work.h"
@@ -69,12 +74,39 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 
 }  // namespace
 
+// [Note: NCCL watchdog] Work::wait() only orders the compute stream after the collective (an
+// event dependency): the host goes on queueing kernels. So a collective that never completes
+// (a dead or diverged rank) cannot be seen by a blocked wait(); this thread watches every waited
+// collective instead. When one is still running `timeout` after its wait(), or NCCL reports an
+// asynchronous error, it prints the watchdog message and ends the job (abort_job): the host
+// thread may itself be blocked in a synchronization that would never return.
 struct NcclCommunicator::State {
   ncclComm_t comm = nullptr;
   CudaStream stream;  // the communication stream (outlives the destructor body below)
   std::atomic<bool> broken{false};  // a watchdog fired: abort instead of destroy
 
+  struct Watched {
+    std::shared_ptr<CudaEvent> done;
+    std::chrono::steady_clock::time_point deadline;
+    std::string message;  // the watchdog message, made when the wait began
+    std::string op;       // "[rank r/N] all_gather", for an asynchronous NCCL error
+  };
+
+  explicit State(int device) : device_(device) {}
+
+  void watch(Watched w) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    watched_.push_back(std::move(w));
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  }
+
   ~State() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
     if (comm == nullptr) return;
     if (broken.load()) {
       (void)ncclCommAbort(comm);
@@ -83,6 +115,43 @@ struct NcclCommunicator::State {
       (void)ncclCommDestroy(comm);
     }
   }
+
+ private:
+  [[noreturn]] void fail(const std::string& message) {
+    broken.store(true);
+    std::fprintf(stderr, "%s\n", message.c_str());
+    abort_job(1);
+  }
+
+  void run() {
+    (void)cudaSetDevice(device_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(10));
+      const auto now = std::chrono::steady_clock::now();
+      for (auto it = watched_.begin(); it != watched_.end();) {
+        const cudaError_t q = cudaEventQuery(it->done->get());
+        if (q == cudaSuccess) {
+          it = watched_.erase(it);
+          continue;
+        }
+        if (q != cudaErrorNotReady) fail(detail::str(it->op, " failed: CUDA error: ", cudaGetErrorString(q)));
+        ncclResult_t async_err = ncclSuccess;
+        if (ncclCommGetAsyncError(comm, &async_err) == ncclSuccess && async_err != ncclSuccess &&
+            async_err != ncclInProgress)
+          fail(detail::str(it->op, " failed: NCCL error: ", ncclGetErrorString(async_err)));
+        if (now > it->deadline) fail(it->message);
+        ++it;
+      }
+    }
+  }
+
+  const int device_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<Watched> watched_;
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 namespace {
@@ -97,28 +166,23 @@ class NcclWork final : public Work {
   ~NcclWork() override {
     // Never waited: still order the compute stream after the collective, so the stream-ordered
     // frees of its tensors (which this destructor may trigger) cannot overtake it.
-    if (!stream_ordered_) (void)cudaStreamWaitEvent(cudaStreamPerThread, done_.get(), 0);
+    if (!stream_ordered_) (void)cudaStreamWaitEvent(cudaStreamPerThread, done_->get(), 0);
   }
 
-  cudaEvent_t done_event() const { return done_.get(); }
+  cudaEvent_t done_event() const { return done_->get(); }
 
+  // A stream dependency, not a host block ([Note: NCCL watchdog]): kernels queued after this
+  // on the compute stream run after the collective; the watchdog thread times it.
   void wait() override {
-    if (!stream_ordered_) {
-      ZDL_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamPerThread, done_.get(), 0));
-      stream_ordered_ = true;
-    }
-    const auto start = std::chrono::steady_clock::now();
-    while (!done()) {
-      if (std::chrono::steady_clock::now() - start > timeout_) {
-        state_->broken.store(true);
-        throw Error(watchdog_message(prefix_, op_, bytes_, phase_, timeout_));
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    if (stream_ordered_) return;
+    ZDL_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamPerThread, done_->get(), 0));
+    stream_ordered_ = true;
+    state_->watch({done_, std::chrono::steady_clock::now() + timeout_,
+                   watchdog_message(prefix_, op_, bytes_, phase_, timeout_), prefix_ + " " + op_});
   }
 
   bool done() override {
-    cudaError_t q = cudaEventQuery(done_.get());
+    cudaError_t q = cudaEventQuery(done_->get());
     if (q == cudaSuccess) return true;
     if (q != cudaErrorNotReady) {
       (void)cudaGetLastError();
@@ -140,7 +204,7 @@ class NcclWork final : public Work {
   const CommPhase phase_;
   const std::chrono::milliseconds timeout_;
   std::vector<Tensor> tensors_;
-  CudaEvent done_;
+  std::shared_ptr<CudaEvent> done_ = std::make_shared<CudaEvent>();
   bool stream_ordered_ = false;
 };
 
@@ -161,7 +225,7 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<Communicator> host)
     mpi->broadcast_bytes(&id, sizeof(id), 0);
   }
   ZDL_CUDA_CHECK(cudaSetDevice(device().index));
-  state_ = std::make_shared<State>();
+  state_ = std::make_shared<State>(device().index);
   ZDL_NCCL_CHECK(ncclCommInitRank(&state_->comm, size(), id, rank()));
 }
 

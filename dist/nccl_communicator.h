@@ -11,9 +11,11 @@
 //   the kernels that produced its input; Work::wait makes the compute stream wait for an event
 //   recorded after the collective, so the kernels that read the output (and the stream-ordered
 //   frees of its buffers) come after it. Compute issued between the two overlaps with it.
-// - Work::wait also blocks the host until the collective finished, polling the event and
-//   ncclCommGetAsyncError, so the watchdog can throw after the timeout. After a watchdog error
-//   the communicator is aborted (ncclCommAbort) when destroyed instead of waiting forever.
+// - Work::wait does not block the host: a ZeRO-3 gather waited for before a unit's forward
+//   costs the GPU the transfer's remaining time, not the host a synchronization. A watchdog
+//   thread times every waited collective (polling its event and ncclCommGetAsyncError); one
+//   still running `timeout` after its wait ends the job with the watchdog message, and the
+//   communicator is aborted (ncclCommAbort) instead of destroyed. Work::done() still polls.
 //
 //   auto comm = dist::init({.device = Device::cuda(), .backend = "nccl"});
 //   comm->all_reduce(grad_on_gpu);

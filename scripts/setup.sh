@@ -5,17 +5,23 @@
 # machine has it (nvcc on PATH or /usr/local/cuda), and the CUDA backend is skipped otherwise.
 set -euo pipefail
 
+#   scripts/setup.sh          everything: the build, the tests, the references and the pictures
+#   scripts/setup.sh --main   only what building and running train_gpt needs (the main command)
 packages=(
   build-essential cmake ninja-build pkg-config git
   clang libomp-dev       # preferred compiler: Eigen's GEMM runs ~1.4x faster built by clang 14 than by g++ 12
-  libclang-rt-dev llvm   # sanitizer and libFuzzer runtimes, llvm-symbolizer for their stacks (test.sh)
   libeigen3-dev          # CPU kernels
   mpich libmpich-dev     # collectives on CPU, launcher (mpirun)
-  googletest libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev
-  python3 python3-numpy python3-torch libopenblas0-pthread  # reference for tests and benchmarks
-  python3-matplotlib     # the walkthrough's pictures (scripts/plot_walkthrough.py)
 )
+if [ "${1:-}" != "--main" ]; then
+  packages+=(
+    libclang-rt-dev llvm   # sanitizer and libFuzzer runtimes, llvm-symbolizer for their stacks (test.sh)
+    googletest libgtest-dev libgmock-dev
+    python3 python3-numpy python3-torch libopenblas0-pthread  # reference for tests and benchmarks
+    python3-matplotlib     # the walkthrough's pictures (scripts/plot_walkthrough.py)
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "autograd/engine.h"
 #include "gradcheck.h"
@@ -68,6 +70,37 @@ TEST(Engine, NoGradGuardRecordsNothing) {
   EXPECT_FALSE(y.requires_grad());
   EXPECT_TRUE(y.is_leaf());
   EXPECT_THROW(sum(y).backward(), Error);
+}
+
+TEST(Engine, QueuedCallbacksRunAfterEveryNodeInOrderAndMayQueueMore) {
+  // What ZeRO's end-of-backward work relies on: callbacks run once the last node ran (every
+  // leaf has its gradient), first queued first, and one may queue another, which runs too.
+  Tensor x = rand_leaf({3}, 7);
+  Tensor y = mul(x, 2.0);
+  std::vector<std::string> order;
+  y.register_hook([&](const Tensor& g) {
+    EXPECT_TRUE(autograd::in_backward());
+    autograd::queue_callback([&] {
+      order.push_back(x.grad().defined() ? "first (x has its gradient)" : "first (too early)");
+      autograd::queue_callback([&] { order.push_back("queued by first"); });
+    });
+    autograd::queue_callback([&] { order.push_back("second"); });
+    return Tensor();
+  });
+  sum(y).backward();
+  EXPECT_EQ(order, (std::vector<std::string>{"first (x has its gradient)", "second", "queued by first"}));
+  EXPECT_FALSE(autograd::in_backward());
+  // Outside a backward pass it is an error; a backward that throws drops its callbacks.
+  EXPECT_THROW(autograd::queue_callback([] {}), Error);
+  order.clear();
+  Tensor z = mul(x, 3.0);
+  z.register_hook([&](const Tensor&) -> Tensor {
+    autograd::queue_callback([&] { order.push_back("must not run"); });
+    throw Error("hook failed");
+  });
+  EXPECT_THROW(sum(z).backward(), Error);
+  sum(mul(x, 1.0)).backward();  // the next backward does not run the dropped callback either
+  EXPECT_TRUE(order.empty());
 }
 
 TEST(Engine, TensorHooksSeeAndReplaceGradients) {

@@ -65,7 +65,21 @@ inline void expect_memory_closed_form(Communicator& comm, ZeroStage stage) {
   for (auto k : cats) base[k] = cur(k);
   RunConfig c{.stage = stage, .steps = 1};
   Probe probe;
+  probe.after_wrap = [](ZeroPartitioner&) { memory_ledger().reset_peaks(Device::cpu()); };
   probe.after_step = [&](ZeroPartitioner& z, int) {
+    // ZeRO-2/3's point during the step: full gradients live only for the root unit (its
+    // backward spans the whole pass: head first, embeddings last), the block being computed and
+    // the one whose reduction is in flight, never for every block at once.
+    if (stage == ZeroStage::Two || stage == ZeroStage::Three) {
+      int64_t root = 0, block = 0;
+      for (auto& u : z.units()) {
+        int64_t& largest = u->name == "<root>" ? root : block;
+        largest = std::max(largest, u->padded);
+      }
+      const int64_t peak = memory_ledger().stats(Device::cpu()).peak_of(MemoryCategory::Gradient) - base[MemoryCategory::Gradient];
+      EXPECT_LE(peak, 4 * (root + 2 * block)) << comm.prefix() << " " << stage_name(stage)
+                                              << ": peak full-gradient bytes during the step";
+    }
     const int64_t P = z.num_padded(), psi = z.num_parameters();
     EXPECT_LT(P - psi, N * static_cast<int64_t>(z.units().size()));
     std::map<MemoryCategory, int64_t> want = state_bytes_closed_form(stage, P, N, ElementBytes::of(DType::F32));

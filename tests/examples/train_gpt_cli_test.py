@@ -1,4 +1,6 @@
-"""train_gpt end to end: exact resume, eval-only, metrics, learning, and bad input (exit 2).
+"""train_gpt end to end: exact resume, eval-only, metrics, learning, the README's export
+workflow (consolidate_checkpoint, --init-from), bf16, gradient accumulation, the memory cap,
+and bad input (exit 2).
 
 Run by ctest: python3 train_gpt_cli_test.py PATH/TO/train_gpt
 Uses a small generated text file in a temporary directory.
@@ -93,6 +95,45 @@ class TrainGptCli(unittest.TestCase):
         self.assertEqual(eval_loss(later), base)
         self.assertNotEqual(eval_loss(first), base)
         self.assertAlmostEqual(base, 5.545, delta=0.3)  # a fresh model: near ln(256)
+
+    def test_consolidated_checkpoint_initializes_the_same_model(self):
+        # The README's export: a 2-rank ZeRO-3 checkpoint -> one GPT-2 file -> --init-from.
+        ck, out = self.p("ck"), self.p("model.safetensors")
+        run("--data", self.data, *SMALL, "--steps", "5", "--zero-stage", "3", "--save", ck, ranks=2)
+        consolidate = os.path.join(os.path.dirname(TRAIN_GPT), "consolidate_checkpoint")
+        p = subprocess.run([consolidate, ck, out], capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("step 5", p.stdout)
+        from_ck = run("--resume", ck, "--data", self.data, *SMALL, "--eval-only", "--eval-batches", "4").stdout
+        from_file = run("--init-from", out, "--data", self.data, *SMALL, "--eval-only", "--eval-batches", "4").stdout
+        fresh = run("--data", self.data, *SMALL, "--eval-only", "--eval-batches", "4").stdout
+        self.assertEqual(from_file, from_ck)  # the same weights: the same loss, to the printed digit
+        self.assertNotEqual(from_file, fresh)
+        # And training continues from the file.
+        run("--init-from", out, "--data", self.data, *SMALL, "--steps", "2")
+
+    def test_bf16_grad_accum_and_memory_cap(self):
+        # bf16 trains (finite, falling loss); 2 micro-batches of 4 follow one batch of 8 (the
+        # same rows; other sums, so to rounding); a cap below the model's needs is a clear
+        # out-of-memory error (exit 1) and a sufficient one changes nothing.
+        bf16 = self.p("bf16.jsonl")
+        run("--data", self.data, *SMALL, "--steps", "30", "--dtype", "bf16", "--metrics", bf16)
+        lb = losses(bf16)
+        self.assertLess(lb[30], lb[1] - 0.5, lb)
+        one, two = self.p("one.jsonl"), self.p("two.jsonl")
+        base = [a for a in SMALL if a not in ("--batch", "4")]
+        run("--data", self.data, *base, "--batch", "8", "--steps", "4", "--metrics", one)
+        run("--data", self.data, *base, "--batch", "4", "--grad-accum", "2", "--steps", "4", "--metrics", two)
+        l1, l2 = losses(one), losses(two)
+        for s in (1, 2, 3, 4):
+            self.assertAlmostEqual(l1[s], l2[s], delta=1e-5 * abs(l1[s]))
+        p = run("--data", self.data, *SMALL, "--steps", "3", "--max-memory-per-rank", "200000", check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("out of memory", p.stderr)
+        capped, free = self.p("capped.jsonl"), self.p("free.jsonl")
+        run("--data", self.data, *SMALL, "--steps", "3", "--max-memory-per-rank", "100000000", "--metrics", capped)
+        run("--data", self.data, *SMALL, "--steps", "3", "--metrics", free)
+        self.assertEqual(losses(capped), losses(free))
 
     def test_learns_below_unigram_entropy(self):
         p = run("--data", self.data, *SMALL, "--steps", "150", "--eval-every", "150", "--eval-batches", "10",

@@ -18,6 +18,11 @@ TEST(ShardedCheckpointMpi, CheckpointsSavedUnderDdpAndZero1LoadUnderEveryStage) 
   expect_resume_continues_trajectory(world(), DType::F32, 0.0, ZeroStage::One);
 }
 
+// Mixed precision: bf16 compute copies are recast from the saved f32 masters, bit for bit.
+TEST(ShardedCheckpointMpi, ResumeInBf16ContinuesTheTrajectoryExactly) {
+  expect_resume_continues_trajectory(world(), DType::BF16, 0.0);
+}
+
 TEST(ShardedCheckpointMpi, ResumeInF64IsExactUpToRounding) {
   expect_resume_continues_trajectory(world(), DType::F64, 1e-12);
 }

@@ -37,6 +37,9 @@ TEST(ZeroMpi, EveryStageIsBitIdenticalToOneProcess) {
   for (DType dt : {DType::F32, DType::BF16})
     for (ZeroStage s : kAllStages)
       expect_identical(world(), {.stage = s, .dtype = dt, .grad_accum = 2, .batch = 8, .dropout = 0.1});
+  // Other seeds (init, data, dropout): not one lucky draw.
+  for (uint64_t seed : {1ull, 12345ull})
+    expect_identical(world(), {.stage = ZeroStage::Three, .grad_accum = 2, .batch = 8, .dropout = 0.1, .seed = seed});
 }
 
 // [Note: dropout position]: rank r's rows of a step get exactly the mask one process draws for
