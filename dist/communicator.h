@@ -173,9 +173,18 @@ std::shared_ptr<Communicator> init(const InitOptions& options = {});
 // True when this process was started by an MPI launcher (PMI/PMIx/OpenMPI environment).
 bool launched_by_mpi();
 
+// An error every rank of the job raises at the same point with the same message (the ranks
+// agreed on it, e.g. a checkpoint that some rank could not write or read): one rank prints it
+// and every rank returns normally; no rank is left in a collective, so no abort is needed.
+class CollectiveError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Ends the whole job: MPI_Abort(MPI_COMM_WORLD, code) when MPI is running (every rank exits,
 // including ranks blocked in a collective), else std::_Exit(code). For top-level error handling
-// after a watchdog error (see [Note: watchdog]); library code never calls it.
+// after a watchdog error (see [Note: watchdog]); in the library only the NCCL watchdog thread
+// calls it (dist/nccl_communicator.cpp), having nothing to throw to.
 //   try { train(); } catch (const zdl::Error& e) { std::cerr << e.what() << "\n"; dist::abort_job(1); }
 [[noreturn]] void abort_job(int code);
 

@@ -60,9 +60,9 @@ std::array<Tensor, 3> unit_states(ZeroPartitioner& zero, const ZeroAdamW& opt, s
 // ---- collective failure handling ----
 
 // Runs f on this rank, then agrees with every rank on whether all succeeded (one all-gather,
-// which is also the barrier between phases). A failure anywhere throws on every rank, so no
-// rank is left waiting in a later collective: the failing rank its own error, the others the
-// first failing rank's (sent to them), so whichever rank prints says what went wrong.
+// which is also the barrier between phases). A failure anywhere throws the same
+// CollectiveError on every rank: the first failing rank's message under its "[rank r/N]" (sent
+// to the others), so no rank is left waiting in a later collective and one rank can print it.
 template <class F>
 void on_every_rank(Communicator& comm, const std::string& what, F&& f) {
   bool failed = false;
@@ -78,8 +78,7 @@ void on_every_rank(Communicator& comm, const std::string& what, F&& f) {
   if (first == failures.end()) return;
   const int r = static_cast<int>(first - failures.begin());
   const std::string theirs = comm.broadcast_string(msg, r);
-  if (failed) throw Error(detail::str(comm.prefix(), " ", what, ": ", msg));
-  throw Error(detail::str(comm.prefix(), " ", what, ": rank ", r, " failed: ", theirs));
+  throw CollectiveError(detail::str("[rank ", r, "/", comm.size(), "] ", what, ": ", theirs));
 }
 
 // ---- layout.json ----

@@ -10,14 +10,23 @@
 //   }
 #pragma once
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <optional>
+#include <random>
+#include <sstream>
+#include <thread>
 #include <regex>
 #include <stdexcept>
 #include <string>
@@ -138,6 +147,61 @@ inline std::string short_parse_message(std::string m) {
   return hit.prefix().str() + hit[1].str() + why + hit.suffix().str();
 }
 
+// [Note: one fatal message] A failure one rank sees alone (out of memory, a write error) ends
+// the job through abort_job, with no collective to agree on who prints: the others may be
+// blocked in one. Several ranks often fail the same way at once (the same allocation on every
+// rank), and each would print the same message. So the ranks share a file name (agreed at
+// startup: rank 0's random key) in the temporary directory; the first rank to fail creates the
+// file with its message (O_EXCL) and prints; a later rank prints only a message that differs.
+// Ranks on other hosts have their own temporary directory: at most one copy per host.
+class FatalReport {
+ public:
+  explicit FatalReport(dist::Communicator& comm) {
+    if (comm.size() == 1) return;
+    std::string key;
+    if (comm.rank() == 0) key = detail::str(std::hex, std::random_device{}(), std::random_device{}(), "-", ::getpid());
+    path_ = (std::filesystem::temp_directory_path() / ("zdl-fatal-" + comm.broadcast_string(key, 0))).string();
+  }
+  // Whether this rank should print `message` ("[rank r/N] " at its start is not compared).
+  bool first_to_say(const std::string& message) const {
+    if (path_.empty()) return true;
+    const std::string body = without_rank(message);
+    const int fd = ::open(path_.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+    if (fd >= 0) {  // first: say it (a failed write only means later ranks print theirs too)
+      [[maybe_unused]] const ssize_t written = ::write(fd, body.data(), body.size());
+      ::close(fd);
+      created_ = true;
+      return true;
+    }
+    if (errno != EEXIST) return true;
+    // Another rank was first: read its message (give its write a moment to land).
+    for (int i = 0; i < 20; ++i) {
+      std::ifstream in(path_);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      if (!ss.str().empty()) return ss.str() != body;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+  }
+  // Before the abort: the rank that made the file gives the others a moment to compare (they
+  // fail within milliseconds when they fail alike), then removes it.
+  void before_abort() const {
+    if (!created_) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ::unlink(path_.c_str());
+  }
+
+ private:
+  static std::string without_rank(const std::string& m) {
+    if (m.rfind("[rank ", 0) != 0) return m;
+    const auto end = m.find("] ");
+    return end == std::string::npos ? m : m.substr(end + 2);
+  }
+  std::string path_;
+  mutable bool created_ = false;
+};
+
 // init_options (optional) gives the process group's options from the parsed flags (e.g. the
 // device); a UsageError it throws is reported like one from run (exit 2), once, after the group
 // started on the CPU.
@@ -173,7 +237,9 @@ inline int run_program(const char* name, CLI::App& app, int argc, char** argv,
     std::fprintf(stderr, "%s: cannot start the process group: %s\n", name, e.what());
     return 1;
   }
+  std::optional<FatalReport> report;
   try {
+    report.emplace(*comm);
     if (bad_options) throw *bad_options;
     agree_on_flags(*comm, app, path_flags);
     return run(*comm);
@@ -183,8 +249,14 @@ inline int run_program(const char* name, CLI::App& app, int argc, char** argv,
   } catch (const CollectiveStop& e) {
     if (comm->rank() == 0) std::fprintf(stderr, "\n%s: %s\n", name, e.what());
     return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "\n%s: error: %s\n", name, e.what());
+  } catch (const dist::CollectiveError& e) {  // every rank has it: printed once, no abort
+    if (comm->rank() == 0) std::fprintf(stderr, "\n%s: error: %s\n", name, e.what());
+    return 1;
+  } catch (const std::exception& e) {  // this rank alone may know: [Note: one fatal message]
+    std::string message = e.what();
+    if (comm->size() > 1 && message.rfind("[rank ", 0) != 0) message = comm->prefix() + " " + message;
+    if (!report || report->first_to_say(message)) std::fprintf(stderr, "\n%s: error: %s\n", name, message.c_str());
+    if (report) report->before_abort();
     if (comm->size() > 1) dist::abort_job(1);
     return 1;
   }

@@ -39,7 +39,9 @@ else
   echo "setup: all packages present"
 fi
 
-if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+if [ "${1:-}" = "--main" ]; then
+  :  # run_main.sh decides on CUDA from the GPUs it can see
+elif command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: CUDA toolkit found: the CUDA backend will be built"
 else
   echo "setup: no CUDA toolkit: building the CPU backend only"

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "autograd/grad_mode.h"
+#include "core/hash.h"
 #include "dist/sharded_checkpoint.h"
 #include "io/gpt2_format.h"
 #include "temp_dir.h"
@@ -208,7 +209,11 @@ inline void expect_bad_checkpoints_rejected(Communicator& comm) {
     auto before = fresh.params();
     std::string e = error_of([&] { load_sharded(dir, *fresh.zero, *fresh.opt); });
     EXPECT_EQ(fresh.params(), before) << comm.prefix() << " a rejected load changed the parameters";
-    EXPECT_TRUE(contains(e, comm.prefix())) << e;
+    // One message on every rank, the failing rank's, under its "[rank r/N]".
+    EXPECT_EQ(e.rfind("[rank ", 0), 0u) << e;
+    const auto digests = comm.all_gather_i64(static_cast<int64_t>(fnv1a64(e)));
+    EXPECT_TRUE(std::all_of(digests.begin(), digests.end(), [&](int64_t d) { return d == digests[0]; }))
+        << comm.prefix() << " ranks got different errors: " << e;
     return e;
   };
 

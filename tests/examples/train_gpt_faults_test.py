@@ -643,6 +643,18 @@ class TrainGptFaults(unittest.TestCase):
             self.assertLess(took, 30, f"{args1}: a rank waited for the other")
 
     @unittest.skipIf(MPIRUN is None, "no mpirun")
+    def test_a_failure_every_rank_hits_alone_is_printed_once(self):
+        # Out of memory in the same allocation on both ranks (no collective agrees on it) and a
+        # full disk during a save (agreed): exit 1, the message exactly once, with its rank.
+        for _ in range(3):
+            p = self.run_gpt("--data", self.data, *SMALL, "--steps", "50", "--max-memory-per-rank", "700000",
+                             ranks=2, check=False)
+            self.assertEqual(p.returncode != 0, True, p.stderr)
+            self.assertEqual(p.stderr.count("out of memory on cpu"), 1, p.stderr)
+            self.assertRegex(p.stderr, r"train_gpt: error: \[rank [01]/2\] out of memory")
+        self.assertEqual([f for f in os.listdir(tempfile.gettempdir()) if f.startswith("zdl-fatal-")], [])
+
+    @unittest.skipIf(MPIRUN is None, "no mpirun")
     def test_checkpoint_error_only_one_rank_sees_is_shown_with_its_reason(self):
         # Ranks on different hosts read their own copies of a checkpoint (paths may differ): a
         # copy corrupted where only rank 1 reads is reported by rank 0 with rank 1's reason.
@@ -658,7 +670,7 @@ class TrainGptFaults(unittest.TestCase):
             f.write(bytes([byte[0] ^ 0xFF]))
         base = ["--data", self.data, *SMALL, "--steps", "4"]
         p, took = self.run_mpmd(base + ["--resume", ck], base + ["--resume", bad])
-        self.assert_usage_error(p, ["--resume", "rank 1 failed", "ck_local_copy/rank-1-of-2.safetensors",
+        self.assert_usage_error(p, ["--resume", "[rank 1/2] load_sharded", "ck_local_copy/rank-1-of-2.safetensors",
                                     "is corrupted"], "a shard only rank 1 reads")
         self.assertLess(took, 30)
 
