@@ -72,6 +72,11 @@ ZeroStage stage_from_int(int s) {
 
 namespace {
 
+// The collectives the divergence check tells apart (agree()). Three related enums, three
+// purposes: CommPhase buckets bytes in the comm ledger (the norm's and the NaN check's
+// all-reduces are both "Other" there), TraceKind marks lifecycle points for the timeline
+// (compute begin/end too, no collective), and this one names the exact collective a rank
+// reached, so a divergence message can say which.
 enum Event : int {
   kForwardGather = 1,
   kBackwardGather = 2,

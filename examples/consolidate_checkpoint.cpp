@@ -1,30 +1,67 @@
 // consolidate_checkpoint: turns a sharded ZeRO checkpoint (dist::save_sharded, any world size
-// and stage) into one GPT-2 safetensors file that io::load_gpt2, HF transformers or nanoGPT
-// can read. One process, no launcher; memory holds one parameter at a time.
+// and stage) into one GPT-2-layout safetensors file that io::load_gpt2 (train_gpt --init-from),
+// HF transformers or nanoGPT can read; or, given a directory, into model.safetensors plus the
+// config.json that transformers' GPT2LMHeadModel.from_pretrained(dir) loads as is. One
+// process, no launcher; memory holds one parameter at a time.
 //
 //   consolidate_checkpoint ckpt/latest gpt2.safetensors
+//   consolidate_checkpoint ckpt/latest hf_model/          # model.safetensors + config.json
 //
 // Exit codes: 0 done, 2 bad input (usage, missing/corrupted/foreign checkpoint), 1 anything else.
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <string>
 
 #include "core/check.h"
 #include "dist/sharded_checkpoint.h"
+#include "io/file.h"
+#include "io/gpt2_format.h"
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 3 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
     std::fprintf(stderr,
-                 "usage: %s CKPT_DIR OUT.safetensors\n"
-                 "  CKPT_DIR         a sharded checkpoint directory (layout.json + rank-<r>-of-<N>.safetensors)\n"
-                 "  OUT.safetensors  the GPT-2 file to write (replaced atomically)\n",
+                 "usage: %s CKPT_DIR OUT\n"
+                 "  CKPT_DIR  a sharded checkpoint directory (layout.json + rank-<r>-of-<N>.safetensors)\n"
+                 "  OUT       NAME.safetensors: one GPT-2 file (replaced atomically); any other name: a directory\n"
+                 "            with model.safetensors and config.json for Hugging Face transformers\n",
                  argc > 0 ? argv[0] : "consolidate_checkpoint");
     return 2;
   }
+  const std::string ckpt = argv[1], out = argv[2];
   try {
-    zdl::dist::consolidate_sharded(argv[1], argv[2]);
-    zdl::io::TrainState st = zdl::dist::read_sharded_train_state(argv[1]);
-    std::printf("wrote %s (step %lld)\n", argv[2], static_cast<long long>(st.step));
+    const zdl::io::TrainState st = zdl::dist::read_sharded_train_state(ckpt);
+    if (ends_with(out, ".safetensors")) {
+      zdl::dist::consolidate_sharded(ckpt, out);
+      std::printf("wrote %s (step %lld)\n", out.c_str(), static_cast<long long>(st.step));
+      return 0;
+    }
+    const auto config = st.metadata.find("config");
+    ZDL_CHECK(config != st.metadata.end(), "the checkpoint has no GPT config in its metadata[\"config\"]");
+    const zdl::nn::GPTConfig cfg = zdl::io::gpt_config_from_json(config->second, "the checkpoint's model config");
+    const bool made = !std::filesystem::exists(out);
+    std::filesystem::create_directories(out);
+    const std::string weights = (std::filesystem::path(out) / zdl::io::kHfWeightsFile).string();
+    try {
+      zdl::dist::consolidate_sharded(ckpt, weights);
+    } catch (...) {  // e.g. an output inside the checkpoint: leave nothing behind
+      std::error_code ec;
+      if (made) std::filesystem::remove_all(out, ec);
+      throw;
+    }
+    const std::string text = zdl::io::hf_gpt2_config_json(cfg);
+    zdl::io::AtomicFileWriter w((std::filesystem::path(out) / "config.json").string());
+    w.write(text.data(), text.size());
+    w.commit();
+    std::printf("wrote %s (model.safetensors, config.json; step %lld)\n", out.c_str(), static_cast<long long>(st.step));
     return 0;
   } catch (const zdl::Error& e) {
     std::fprintf(stderr, "consolidate_checkpoint: %s\n", e.what());

@@ -213,9 +213,15 @@ nn::GPTConfig model_config(Args& a, const CLI::App& app, std::optional<io::Train
                                    cfg.padded_vocab(), " ('", a.resume, "'; drop the flag)"));
   } else if (!a.init_from.empty()) {
     if (!std::filesystem::exists(a.init_from)) throw UsageError("--init-from: no file '" + a.init_from + "'");
-    if (std::filesystem::is_directory(a.init_from))
-      throw UsageError("--init-from: '" + a.init_from + "' is a directory; it takes one GPT-2 safetensors file " +
-                       "(continue a sharded checkpoint with --resume, or consolidate it with consolidate_checkpoint)");
+    if (std::filesystem::is_directory(a.init_from)) {
+      // A Hugging Face-style directory (consolidate_checkpoint CK DIR) holds the weights here.
+      const std::string weights = (std::filesystem::path(a.init_from) / io::kHfWeightsFile).string();
+      if (!std::filesystem::exists(weights))
+        throw UsageError("--init-from: '" + a.init_from + "' is a directory without " + io::kHfWeightsFile +
+                         "; it takes a GPT-2 safetensors file or such a directory (continue a sharded checkpoint "
+                         "with --resume, or consolidate it with consolidate_checkpoint)");
+      a.init_from = weights;
+    }
     io::GPT2ConfigOverrides ov;
     if (given("--n-head")) ov.n_head = a.n_head;
     ov.dropout = a.dropout;

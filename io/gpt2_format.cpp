@@ -252,6 +252,30 @@ std::string gpt_config_to_json(const nn::GPTConfig& c) {
       .dump();
 }
 
+std::string hf_gpt2_config_json(const nn::GPTConfig& c) {
+  const int64_t last_id = c.vocab_size - 1;
+  return nlohmann::ordered_json{{"architectures", {"GPT2LMHeadModel"}},
+                                {"model_type", "gpt2"},
+                                {"vocab_size", c.vocab_size},
+                                {"n_positions", c.block_size},
+                                {"n_ctx", c.block_size},
+                                {"n_embd", c.n_embd},
+                                {"n_layer", c.n_layer},
+                                {"n_head", c.n_head},
+                                {"n_inner", nullptr},
+                                {"activation_function", "gelu_new"},
+                                {"resid_pdrop", 0.0},
+                                {"embd_pdrop", 0.0},
+                                {"attn_pdrop", 0.0},
+                                {"layer_norm_epsilon", 1e-5},
+                                {"initializer_range", 0.02},
+                                {"bos_token_id", last_id},
+                                {"eos_token_id", last_id},
+                                {"tie_word_embeddings", true}}
+             .dump(2) +
+         "\n";
+}
+
 nn::GPTConfig gpt_config_from_json(const std::string& text, const std::string& what) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   ZDL_CHECK(!j.is_discarded() && j.is_object(), what, ": the GPT config is not a JSON object: ", text.substr(0, 200));

@@ -76,6 +76,14 @@ nn::GPTConfig config_from_gpt2_file(const std::string& path, const GPT2ConfigOve
 // {"vocab_size", "padded_vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout",
 // "bias"}.
 std::string gpt_config_to_json(const nn::GPTConfig& cfg);
+
+// Hugging Face transformers' config.json for this model, next to a GPT-2-layout export named
+// model.safetensors, so that GPT2LMHeadModel.from_pretrained(dir) loads the directory as is:
+// n_positions, n_embd, n_layer, n_head, the real vocabulary (bos/eos = its last id, inside it),
+// GELU's tanh form ("gelu_new"), LayerNorm eps 1e-5, no dropout, tied embeddings.
+std::string hf_gpt2_config_json(const nn::GPTConfig& cfg);
+// The weights' file name in such a directory (what from_pretrained and --init-from DIR read).
+inline constexpr const char* kHfWeightsFile = "model.safetensors";
 // Parses that text strictly (integers must be integers in range; padded_vocab_size, dropout and
 // bias may be absent) and validates the config; errors start with `what`.
 nn::GPTConfig gpt_config_from_json(const std::string& text, const std::string& what);

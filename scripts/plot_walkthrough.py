@@ -128,7 +128,7 @@ def plot_memory(out, plt):
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8.5, frameon=False)
     fig.tight_layout(rect=(0, 0.13, 1, 0.93))
     path = os.path.join(out, "memory_by_stage.png")
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=130, bbox_inches="tight")  # legends outside the axes stay in
     plt.close(fig)
     return path
 
@@ -204,7 +204,7 @@ def plot_memory_step(out, plt):
                  f"parameters (+h.i) and frees them after use; DDP keeps everything", fontsize=10.5)
     fig.tight_layout(rect=(0, 0, 1, 0.96))
     path = os.path.join(out, "zero3_memory_step.png")
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=130, bbox_inches="tight")  # legends outside the axes stay in
     plt.close(fig)
     return path
 
@@ -289,12 +289,12 @@ def plot_timeline(out, plt):
     axes[-1].set_xlabel(f"time within the step (ms), rank 0 of N = {n}")
     from matplotlib.patches import Patch
     fig.legend([Patch(facecolor=colors[k]) for k in colors], [labels[k] for k in colors], loc="lower center",
-               ncol=5, fontsize=8, frameon=False)
+               ncol=3, fontsize=8, frameon=False)
     fig.suptitle("Compute and communication per unit over one ZeRO-3 step (MPI runs collectives on its own "
                  "thread, so an all-gather in flight overlaps compute)", fontsize=10.5)
     fig.tight_layout(rect=(0, 0.05, 1, 0.96))
     path = os.path.join(out, "zero3_timeline.png")
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=130, bbox_inches="tight")  # legends outside the axes stay in
     plt.close(fig)
     return path
 
@@ -335,7 +335,7 @@ def plot_largest(out, plt):
                  f"measured: L trains 2 steps under the cap, L+1 runs out of memory", fontsize=10)
     fig.tight_layout()
     path = os.path.join(out, "largest_model.png")
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=130, bbox_inches="tight")  # legends outside the axes stay in
     plt.close(fig)
     return path
 

@@ -111,6 +111,37 @@ class TrainGptCli(unittest.TestCase):
         self.assertNotEqual(from_file, fresh)
         # And training continues from the file.
         run("--init-from", out, "--data", self.data, *SMALL, "--steps", "2")
+        # A directory for Hugging Face transformers: model.safetensors + config.json, which
+        # --init-from reads too.
+        hf = self.p("hf_model")
+        p = subprocess.run([consolidate, ck, hf], capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(sorted(os.listdir(hf)), ["config.json", "model.safetensors"])
+        with open(os.path.join(hf, "config.json")) as f:
+            config = json.load(f)
+        want = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_head": 2, "n_embd": 32,
+                "n_positions": 16, "vocab_size": 256, "bos_token_id": 255, "eos_token_id": 255,
+                "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "resid_pdrop": 0.0,
+                "embd_pdrop": 0.0, "attn_pdrop": 0.0, "tie_word_embeddings": True}
+        self.assertEqual({k: config.get(k) for k in want}, want)
+        from_dir = run("--init-from", hf, "--data", self.data, *SMALL, "--eval-only", "--eval-batches", "4").stdout
+        self.assertEqual(from_dir, from_ck)
+        # Inside the checkpoint it reads: refused, and nothing is left there.
+        p = subprocess.run([consolidate, ck, os.path.join(ck, "hf")], capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("inside the checkpoint directory", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(ck, "hf")))
+        try:  # transformers, where installed, loads the directory as is and scores the same text
+            import torch
+            import transformers
+        except ImportError:
+            return
+        model = transformers.GPT2LMHeadModel.from_pretrained(hf).eval()
+        with open(self.data, "rb") as f:
+            ids = torch.tensor([list(f.read(16))])
+        with torch.no_grad():
+            loss = model(ids, labels=ids).loss.item()
+        self.assertLess(loss, 5.0)  # trained: far below ln(256) = 5.55
 
     def test_bf16_grad_accum_and_memory_cap(self):
         # bf16 trains (finite, falling loss); 2 micro-batches of 4 follow one batch of 8 (the
@@ -134,6 +165,25 @@ class TrainGptCli(unittest.TestCase):
         run("--data", self.data, *SMALL, "--steps", "3", "--max-memory-per-rank", "100000000", "--metrics", capped)
         run("--data", self.data, *SMALL, "--steps", "3", "--metrics", free)
         self.assertEqual(losses(capped), losses(free))
+
+    def test_plot_metrics_draws_the_curves(self):
+        # scripts/plot_metrics.py on a run's metrics (and a second, overlaid): one PNG.
+        exe = next((e for e in (sys.executable, "/usr/bin/python3") if os.path.exists(e) and subprocess.run(
+            [e, "-c", "import matplotlib"], capture_output=True).returncode == 0), None)
+        if exe is None:
+            self.skipTest("no python with matplotlib (scripts/setup.sh installs python3-matplotlib)")
+        a, b = self.p("a.jsonl"), self.p("b.jsonl")
+        run("--data", self.data, *SMALL, "--steps", "20", "--eval-every", "10", "--metrics", a)
+        run("--data", self.data, *SMALL, "--steps", "20", "--zero-stage", "3", "--metrics", b)
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "plot_metrics.py")
+        out = self.p("curves.png")
+        p = subprocess.run([exe, script, a, b, "--out", out], capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        p = subprocess.run([exe, script, self.data, "--out", out], capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("has no step lines", p.stderr)
 
     def test_learns_below_unigram_entropy(self):
         p = run("--data", self.data, *SMALL, "--steps", "150", "--eval-every", "150", "--eval-batches", "10",

@@ -469,7 +469,7 @@ class TrainGptFaults(unittest.TestCase):
             (["--resume", other], ["different model", "wte.weight"]),
             (["--resume", truncated], ["rank-0-of-1.safetensors", "truncated"]),
             (["--resume", not_ck], ["not_a_checkpoint", "layout.json"]),
-            (["--init-from", ck], ["--init-from", "is a directory", "--resume"]),
+            (["--init-from", ck], ["--init-from", "is a directory without model.safetensors", "--resume"]),
             (["--init-from", rank_file], ["--init-from", "not a GPT-2 checkpoint"]),
             (["--resume", ck, "--init-from", rank_file], "--init-from and --resume"),
             (["--resume", ck, "--n-embd", "64"], ["--n-embd 64 differs from 32", "checkpoint"]),

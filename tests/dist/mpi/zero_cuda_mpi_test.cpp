@@ -73,8 +73,7 @@ TEST(ZeroCudaMpi, InitChoosesMpiStagingWhenRanksShareAGpu) {
 // differences of tiny gradients, and cuBLAS may choose another algorithm for B/N rows than for B).
 TEST(ZeroCudaMpi, EveryStageOnTheGpuMatchesOneProcess) {
   ZDL_REQUIRE_GPU();
-  auto comm = init({.device = Device::cuda(), .backend = "mpi"});
-  ASSERT_EQ(comm->backend(), "mpi");
+  auto comm = init({.device = Device::cuda()});  // NCCL with a GPU per rank, else MPI staging
   auto local = std::make_shared<LocalCommunicator>(comm->device());
   RunConfig c{.stage = ZeroStage::DDP, .grad_accum = 2, .device = comm->device()};
   RunResult ref = run_zero(*local, c);
@@ -87,7 +86,7 @@ TEST(ZeroCudaMpi, EveryStageOnTheGpuMatchesOneProcess) {
 
 TEST(ZeroCudaMpi, Bf16OnTheGpuTracksOneProcess) {
   ZDL_REQUIRE_GPU();
-  auto comm = init({.device = Device::cuda(), .backend = "mpi"});
+  auto comm = init({.device = Device::cuda()});
   auto local = std::make_shared<LocalCommunicator>(comm->device());
   RunConfig c{.stage = ZeroStage::DDP, .dtype = DType::BF16, .device = comm->device()};
   RunResult ref = run_zero(*local, c);
@@ -104,7 +103,7 @@ TEST(ZeroCudaMpi, Bf16OnTheGpuTracksOneProcess) {
 // non-finite norm, names unit h.1, and skips the step (as on the CPU, see zero_cases.h).
 TEST(ZeroCudaMpi, NonFiniteGradientOnOneRankIsSeenByAll) {
   ZDL_REQUIRE_GPU();
-  auto comm = init({.device = Device::cuda(), .backend = "mpi"});
+  auto comm = init({.device = Device::cuda()});
   for (ZeroStage s : {ZeroStage::DDP, ZeroStage::Two, ZeroStage::Three}) {
     RunConfig c{.stage = s, .poison_step = 1, .device = comm->device()};
     RunResult got = run_zero(*comm, c);

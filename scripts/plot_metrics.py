@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Loss curves and more from train_gpt's --metrics files (JSON lines), one PNG.
+
+    python3 scripts/plot_metrics.py run.jsonl [other.jsonl ...] [--out curves.png]
+
+Panels: training loss and validation loss over steps; tokens/s; memory per category on the
+writing rank (parameters, gradients, optimizer states, activations, communication buffers) at
+the end of each step. Several files are overlaid, labelled by file name, e.g. two ZeRO stages or
+a resumed run's two halves. Lines a crash cut short are skipped. Needs matplotlib
+(python3-matplotlib; scripts/setup.sh).
+"""
+import argparse
+import json
+import os
+import sys
+
+MEMORY = ["param", "grad", "optim", "activation", "comm"]
+
+
+def read(path):
+    steps, evals = [], []
+    with open(path) as f:
+        for line in f:
+            try:
+                j = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a crash
+            if "loss" in j and "step" in j:
+                steps.append(j)
+            elif "val_loss" in j:
+                evals.append(j)
+    return steps, evals
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("files", nargs="+", help="metrics files written by train_gpt --metrics")
+    ap.add_argument("--out", default="curves.png", help="the PNG to write (default curves.png)")
+    a = ap.parse_args()
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("plot_metrics: needs matplotlib (apt-get install python3-matplotlib)")
+    runs = []
+    for path in a.files:
+        steps, evals = read(path)
+        if not steps:
+            sys.exit(f"plot_metrics: {path} has no step lines (is it a train_gpt --metrics file?)")
+        runs.append((os.path.basename(path), steps, evals))
+
+    fig, (ax_loss, ax_tok, ax_mem) = plt.subplots(1, 3, figsize=(15, 4.2))
+    for name, steps, evals in runs:
+        line, = ax_loss.plot([s["step"] for s in steps], [s["loss"] for s in steps], lw=1, label=f"{name} train")
+        if evals:
+            ax_loss.plot([e["step"] for e in evals], [e["val_loss"] for e in evals], "o--", color=line.get_color(),
+                         label=f"{name} val")
+        ax_tok.plot([s["step"] for s in steps], [s.get("tokens_per_s", 0) for s in steps], lw=1, label=name)
+        for k in MEMORY:
+            values = [s.get("mem", {}).get(k) for s in steps]
+            if any(v for v in values):
+                ax_mem.plot([s["step"] for s in steps], [(v or 0) / 2**20 for v in values], lw=1,
+                            label=f"{name} {k}" if len(runs) > 1 else k)
+    ax_loss.set(title="loss (nats/token)", xlabel="step")
+    ax_tok.set(title="tokens/s", xlabel="step")
+    ax_mem.set(title="memory per rank after the step (MiB)", xlabel="step")
+    for ax in (ax_loss, ax_tok, ax_mem):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(a.out, dpi=110, bbox_inches="tight")
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
