@@ -292,7 +292,7 @@ def plot_timeline(out, plt):
                ncol=3, fontsize=8, frameon=False)
     fig.suptitle("Compute and communication per unit over one ZeRO-3 step (MPI runs collectives on its own "
                  "thread, so an all-gather in flight overlaps compute)", fontsize=10.5)
-    fig.tight_layout(rect=(0, 0.05, 1, 0.96))
+    fig.tight_layout(rect=(0, 0.08, 1, 0.96))
     path = os.path.join(out, "zero3_timeline.png")
     fig.savefig(path, dpi=130, bbox_inches="tight")  # legends outside the axes stay in
     plt.close(fig)
