@@ -98,8 +98,18 @@ class CudaAllocator final : public Allocator {
     void* p = nullptr;
     cudaError_t err = cudaMallocAsync(&p, bytes, cudaStreamPerThread);
     if (err == cudaErrorMemoryAllocation) {
+      // The pool keeps what it freed; memory others allocate outside it (NCCL, cuBLAS) may be
+      // what ran out: give the pool's free memory back to the driver and try once more.
       (void)cudaGetLastError();
-      throw OutOfMemoryError(detail::str("CUDA out of memory allocating ", bytes, " bytes"));
+      int dev = 0;
+      cudaMemPool_t pool = nullptr;
+      if (cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess && cudaGetDevice(&dev) == cudaSuccess &&
+          cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess && cudaMemPoolTrimTo(pool, 0) == cudaSuccess)
+        err = cudaMallocAsync(&p, bytes, cudaStreamPerThread);
+      if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        throw OutOfMemoryError(detail::str("CUDA out of memory allocating ", bytes, " bytes"));
+      }
     }
     ZDL_CUDA_CHECK(err);
     return p;
@@ -107,7 +117,10 @@ class CudaAllocator final : public Allocator {
   void deallocate(void* ptr, size_t) noexcept override {
     if (!ptr) return;
     const cudaError_t err = cudaFreeAsync(ptr, cudaStreamPerThread);
-    if (err != cudaSuccess) record_error("cudaFreeAsync", err);
+    if (err != cudaSuccess) {
+      record_error("cudaFreeAsync", err);
+      (void)cudaGetLastError();  // not to be blamed on the next launch
+    }
   }
 };
 
@@ -148,8 +161,10 @@ void check_launch(const char* file, int line, const char* function) {
   if (err == cudaSuccess && sync_after_every_launch()) err = cudaStreamSynchronize(cudaStreamPerThread);
   if (err != cudaSuccess)
     throw_error(file, line, function,
-                str("CUDA error in the kernel launched by ", function, ": ", cudaGetErrorString(err),
-                    sync_after_every_launch() ? " (ZDL_CUDA_SYNC_LAUNCHES=1: the kernel itself failed)" : ""));
+                sync_after_every_launch()
+                    ? str("CUDA error in the kernel launched by ", function, ": ", cudaGetErrorString(err))
+                    : str("CUDA error detected at the launch in ", function, ": ", cudaGetErrorString(err),
+                          " (it may come from an earlier kernel; ZDL_CUDA_SYNC_LAUNCHES=1 finds which)"));
 }
 
 }  // namespace detail

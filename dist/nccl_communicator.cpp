@@ -101,6 +101,9 @@ struct NcclCommunicator::State {
   }
 
   ~State() {
+    // The last collectives finish (the watchdog, still running, times them), then the thread
+    // stops and the communicator goes.
+    if (comm != nullptr && !broken.load()) (void)cudaStreamSynchronize(stream.get());
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stop_ = true;
@@ -108,12 +111,8 @@ struct NcclCommunicator::State {
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
     if (comm == nullptr) return;
-    if (broken.load()) {
-      (void)ncclCommAbort(comm);
-    } else {
-      (void)cudaStreamSynchronize(stream.get());
-      (void)ncclCommDestroy(comm);
-    }
+    if (broken.load()) (void)ncclCommAbort(comm);  // a collective failed: do not wait on the others
+    else (void)ncclCommDestroy(comm);
   }
 
  private:
@@ -131,15 +130,16 @@ struct NcclCommunicator::State {
       const auto now = std::chrono::steady_clock::now();
       for (auto it = watched_.begin(); it != watched_.end();) {
         const cudaError_t q = cudaEventQuery(it->done->get());
-        if (q == cudaSuccess) {
+        // Done, or a CUDA error (sticky: any kernel's fault shows here): not this thread's to
+        // report; the host thread's next synchronization throws it with its context.
+        if (q != cudaErrorNotReady) {
           it = watched_.erase(it);
           continue;
         }
-        if (q != cudaErrorNotReady) fail(detail::str(it->op, " failed: CUDA error: ", cudaGetErrorString(q)));
         ncclResult_t async_err = ncclSuccess;
         if (ncclCommGetAsyncError(comm, &async_err) == ncclSuccess && async_err != ncclSuccess &&
             async_err != ncclInProgress)
-          fail(detail::str(it->op, " failed: NCCL error: ", ncclGetErrorString(async_err)));
+          fail(detail::str(it->op, " failed: NCCL error: ", ncclGetErrorString(async_err)));  // NCCL's own
         if (now > it->deadline) fail(it->message);
         ++it;
       }
@@ -165,8 +165,15 @@ class NcclWork final : public Work {
 
   ~NcclWork() override {
     // Never waited: still order the compute stream after the collective, so the stream-ordered
-    // frees of its tensors (which this destructor may trigger) cannot overtake it.
-    if (!stream_ordered_) (void)cudaStreamWaitEvent(cudaStreamPerThread, done_->get(), 0);
+    // frees of its tensors (which this destructor may trigger) cannot overtake it, and have the
+    // watchdog time it (a later synchronization would otherwise wait on it unwatched).
+    if (stream_ordered_) return;
+    (void)cudaStreamWaitEvent(cudaStreamPerThread, done_->get(), 0);
+    try {
+      state_->watch({done_, std::chrono::steady_clock::now() + timeout_,
+                     watchdog_message(prefix_, op_, bytes_, phase_, timeout_), prefix_ + " " + op_});
+    } catch (...) {  // out of memory for the entry: the collective is then not timed
+    }
   }
 
   cudaEvent_t done_event() const { return done_->get(); }

@@ -13,9 +13,9 @@
 //   frees of its buffers) come after it. Compute issued between the two overlaps with it.
 // - Work::wait does not block the host: a ZeRO-3 gather waited for before a unit's forward
 //   costs the GPU the transfer's remaining time, not the host a synchronization. A watchdog
-//   thread times every waited collective (polling its event and ncclCommGetAsyncError); one
-//   still running `timeout` after its wait ends the job with the watchdog message, and the
-//   communicator is aborted (ncclCommAbort) instead of destroyed. Work::done() still polls.
+//   thread times every waited (or dropped) collective, polling its event and
+//   ncclCommGetAsyncError; one still running `timeout` after its wait, or an NCCL error, ends
+//   the job (abort_job) with the watchdog's message. Work::done() still polls.
 //
 //   auto comm = dist::init({.device = Device::cuda(), .backend = "nccl"});
 //   comm->all_reduce(grad_on_gpu);

@@ -400,12 +400,19 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   }
   zero.wrap(*model);
   if (!a.init_from.empty() && !s.resumed) {
-    try {
-      dist::GatheredParameters g(zero, /*modify=*/true);
-      io::load_gpt2(*model, a.init_from);
-    } catch (const Error& e) {  // every rank reads the same file: all fail alike
-      throw UsageError(std::string("--init-from: ") + e.what());
-    }
+    // Each rank reads its own copy of the file (paths may differ between hosts): agreed, so a
+    // bad copy on one rank ends every rank with its message. Running out of memory is no input
+    // error: it takes the failure path (exit 1).
+    examples::agree_on_usage(comm, [&] {
+      try {
+        dist::GatheredParameters g(zero, /*modify=*/true);
+        io::load_gpt2(*model, a.init_from);
+      } catch (const OutOfMemoryError&) {
+        throw;
+      } catch (const Error& e) {
+        throw UsageError(std::string("--init-from: ") + e.what());
+      }
+    });
   }
   dist::ZeroAdamW opt(zero, {.lr = a.lr, .beta1 = 0.9, .beta2 = 0.95}, a.weight_decay);
   dist::Trainer trainer(zero, opt,
@@ -426,21 +433,27 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   int64_t first_step = 0;
   const std::string fingerprint = data_fp.to_string();
   if (s.resumed) {
-    const auto saved_fp = s.resumed->metadata.find("data_fingerprint");
-    if (!a.eval_only && (saved_fp == s.resumed->metadata.end() || saved_fp->second != fingerprint))
-      throw UsageError("--resume: the data file '" + s.data_path + "' changed since the checkpoint (saved " +
-                       (saved_fp == s.resumed->metadata.end() ? std::string("nothing") : saved_fp->second) + ", now " +
-                       fingerprint + "); resume on the data the run was trained on");
-    try {  // collective: a bad checkpoint fails on every rank alike
+    examples::agree_on_usage(comm, [&] {  // each rank's copy of the checkpoint: agreed
+      const auto saved_fp = s.resumed->metadata.find("data_fingerprint");
+      if (!a.eval_only && (saved_fp == s.resumed->metadata.end() || saved_fp->second != fingerprint))
+        throw UsageError("--resume: the data file '" + s.data_path + "' changed since the checkpoint (saved " +
+                         (saved_fp == s.resumed->metadata.end() ? std::string("nothing") : saved_fp->second) +
+                         ", now " + fingerprint + "); resume on the data the run was trained on");
+    });
+    try {  // collective, and agreed: a bad checkpoint on any rank fails every rank with its message
       *s.resumed = dist::load_sharded(a.resume, zero, opt);
+    } catch (const OutOfMemoryError&) {
+      throw;
     } catch (const Error& e) {
       throw UsageError(std::string("--resume: ") + e.what());
     }
     first_step = s.resumed->step;
     ds.set_position(first_step);
-    if (!a.eval_only && a.stop_after > 0 && a.stop_after <= first_step)
-      throw UsageError(detail::str("--stop-after ", a.stop_after, " is not after the checkpoint's step ", first_step,
-                                   ": nothing would be trained"));
+    examples::agree_on_usage(comm, [&] {
+      if (!a.eval_only && a.stop_after > 0 && a.stop_after <= first_step)
+        throw UsageError(detail::str("--stop-after ", a.stop_after, " is not after the checkpoint's step ", first_step,
+                                     ": nothing would be trained"));
+    });
   }
   if (a.eval_only) {  // the weights (a checkpoint's, a GPT-2 file's or fresh ones) on any data
     const auto [loss, n] = evaluate(data::Split::Train, a.eval_batches > 0 ? a.eval_batches : ds.num_eval_batches(data::Split::Train));

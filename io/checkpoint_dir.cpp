@@ -44,10 +44,13 @@ void remove_tree(const fs::path& p, std::error_code& ec) {
   fs::remove_all(p, ec);
   if (!ec) return;
   std::error_code walk;
-  fs::permissions(p, fs::perms::owner_all, fs::perm_options::add, walk);
+  const auto add_owner_rights = fs::perm_options::add | fs::perm_options::nofollow;
+  if (fs::symlink_status(p, walk).type() != fs::file_type::directory) return;
+  fs::permissions(p, fs::perms::owner_all, add_owner_rights, walk);
   for (auto it = fs::recursive_directory_iterator(p, walk); !walk && it != fs::recursive_directory_iterator();
        it.increment(walk))
-    if (it->is_directory(walk)) fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, walk);
+    if (it->symlink_status(walk).type() == fs::file_type::directory)  // never through a link
+      fs::permissions(it->path(), fs::perms::owner_all, add_owner_rights, walk);
   ec.clear();
   fs::remove_all(p, ec);
 }

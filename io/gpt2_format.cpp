@@ -78,7 +78,7 @@ std::vector<Gpt2Tensor> gpt2_layout(const nn::GPTConfig& cfg) {
 }
 
 Metadata gpt2_metadata(const nn::GPTConfig& cfg) {
-  return {{"format", "zdl-gpt2"},
+  return {{"format", "pt"},  // what transformers' safetensors loader requires of a PyTorch-layout file
           {"n_layer", std::to_string(cfg.n_layer)},
           {"n_head", std::to_string(cfg.n_head)},
           {"n_embd", std::to_string(cfg.n_embd)},

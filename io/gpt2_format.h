@@ -23,7 +23,7 @@
 // - A model built with bias=false is exported with zero biases (HF GPT-2 always has them; a
 //   zero bias is the same function); importing into such a model accepts only zero biases.
 // - The export keeps the parameters' dtype; the import converts to the model's dtype.
-// - Metadata (strings): format "zdl-gpt2", n_layer, n_head, n_embd, vocab_size,
+// - Metadata (strings): format "pt" (transformers refuses other values), n_layer, n_head, n_embd, vocab_size,
 //   padded_vocab_size, block_size.
 //
 //   io::export_gpt2(*model, "gpt2.safetensors");
@@ -60,7 +60,7 @@ struct Gpt2Tensor {
 // (dist::consolidate_sharded).
 std::vector<Gpt2Tensor> gpt2_layout(const nn::GPTConfig& cfg);
 
-// The metadata export_gpt2 writes: format "zdl-gpt2", n_layer, n_head, n_embd, vocab_size,
+// The metadata export_gpt2 writes: format "pt", n_layer, n_head, n_embd, vocab_size,
 // padded_vocab_size, block_size.
 Metadata gpt2_metadata(const nn::GPTConfig& cfg);
 

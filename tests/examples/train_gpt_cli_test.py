@@ -131,6 +131,12 @@ class TrainGptCli(unittest.TestCase):
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("inside the checkpoint directory", p.stderr)
         self.assertFalse(os.path.exists(os.path.join(ck, "hf")))
+        p = subprocess.run([consolidate, ck, os.path.join(ck, "sub", "hf")], capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(ck, "sub")))  # no parent is created
+        p = subprocess.run([consolidate, ck, self.p("hf_slash") + "/"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(sorted(os.listdir(self.p("hf_slash"))), ["config.json", "model.safetensors"])
         try:  # transformers, where installed, loads the directory as is and scores the same text
             import torch
             import transformers
