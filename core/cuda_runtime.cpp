@@ -71,22 +71,25 @@ bool sync_after_every_launch() {
   return on;
 }
 
+// The current device and its default (stream-ordered) pool; false if the driver says no.
+bool current_pool(int* dev, cudaMemPool_t* pool) {
+  if (cudaGetDevice(dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(pool, *dev) == cudaSuccess) return true;
+  (void)cudaGetLastError();
+  return false;
+}
+
 // The default pool of each device keeps what it holds: without a release threshold, memory
 // freed into the pool goes back to the driver at every synchronization and the next step
 // pays cudaMalloc's cost again.
 void keep_pool_memory() {
   static std::atomic<uint64_t> configured{0};  // one bit per device (the first 64)
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return;
+  cudaMemPool_t pool = nullptr;
+  if (!current_pool(&dev, &pool) || dev < 0 || dev >= 64) return;
   const uint64_t bit = uint64_t{1} << dev;
   if (configured.load(std::memory_order_relaxed) & bit) return;
-  cudaMemPool_t pool = nullptr;
-  if (cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
-    uint64_t keep_all = UINT64_MAX;
-    ZDL_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
-  } else {
-    (void)cudaGetLastError();
-  }
+  uint64_t keep_all = UINT64_MAX;
+  ZDL_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
   configured.fetch_or(bit, std::memory_order_relaxed);
 }
 
@@ -103,8 +106,8 @@ class CudaAllocator final : public Allocator {
       (void)cudaGetLastError();
       int dev = 0;
       cudaMemPool_t pool = nullptr;
-      if (cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess && cudaGetDevice(&dev) == cudaSuccess &&
-          cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess && cudaMemPoolTrimTo(pool, 0) == cudaSuccess)
+      if (cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess && current_pool(&dev, &pool) &&
+          cudaMemPoolTrimTo(pool, 0) == cudaSuccess)
         err = cudaMallocAsync(&p, bytes, cudaStreamPerThread);
       if (err != cudaSuccess) {
         (void)cudaGetLastError();

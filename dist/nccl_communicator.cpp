@@ -170,8 +170,7 @@ class NcclWork final : public Work {
     if (stream_ordered_) return;
     (void)cudaStreamWaitEvent(cudaStreamPerThread, done_->get(), 0);
     try {
-      state_->watch({done_, std::chrono::steady_clock::now() + timeout_,
-                     watchdog_message(prefix_, op_, bytes_, phase_, timeout_), prefix_ + " " + op_});
+      watch();
     } catch (...) {  // out of memory for the entry: the collective is then not timed
     }
   }
@@ -184,8 +183,7 @@ class NcclWork final : public Work {
     if (stream_ordered_) return;
     ZDL_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamPerThread, done_->get(), 0));
     stream_ordered_ = true;
-    state_->watch({done_, std::chrono::steady_clock::now() + timeout_,
-                   watchdog_message(prefix_, op_, bytes_, phase_, timeout_), prefix_ + " " + op_});
+    watch();
   }
 
   bool done() override {
@@ -205,6 +203,12 @@ class NcclWork final : public Work {
   }
 
  private:
+  // The watchdog times the collective from now on.
+  void watch() {
+    state_->watch({done_, std::chrono::steady_clock::now() + timeout_,
+                   watchdog_message(prefix_, op_, bytes_, phase_, timeout_), prefix_ + " " + op_});
+  }
+
   std::shared_ptr<NcclCommunicator::State> state_;
   const std::string prefix_, op_;
   const int64_t bytes_;

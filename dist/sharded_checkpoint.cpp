@@ -121,11 +121,13 @@ struct Layout {
   std::map<std::string, std::vector<Piece>> pieces;  // param -> sorted, tiling [0, numel)
 };
 
+}  // namespace
+
 // [Note: train-state checksum] The rank files carry checksums; the train state lives in
 // layout.json, where a plausible edit (step, optimizer_step, data_position, seed) would shift the
 // trajectory silently. Its fields are hashed in a canonical form (lengths before strings, so no
 // two states share one) and the hash is saved beside them.
-std::string train_state_checksum_of(const io::TrainState& st, int64_t optimizer_step) {
+std::string train_state_checksum(const io::TrainState& st, int64_t optimizer_step) {
   std::string c = detail::str("step=", st.step, ";data_position=", st.data_position, ";optimizer_step=",
                               optimizer_step, ";counters=");
   for (auto& [k, v] : st.counters) c += detail::str(k.size(), ":", k, "=", v, ";");
@@ -133,6 +135,8 @@ std::string train_state_checksum_of(const io::TrainState& st, int64_t optimizer_
   for (auto& [k, v] : st.metadata) c += detail::str(k.size(), ":", k, "=", v.size(), ":", v, ";");
   return io::hex64(fnv1a64(c));
 }
+
+namespace {
 
 ordered_json train_state_json(const io::TrainState& st) {
   return {{"step", st.step}, {"data_position", st.data_position}, {"counters", st.counters}, {"metadata", st.metadata}};
@@ -170,7 +174,7 @@ Layout read_layout(const std::string& dir) {
     L.state.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
     if (v >= 2) {
       const std::string saved = j.at("train_state_fnv1a64").get<std::string>();
-      ZDL_CHECK(saved == train_state_checksum_of(L.state, L.optimizer_step), "'", path,
+      ZDL_CHECK(saved == train_state_checksum(L.state, L.optimizer_step), "'", path,
                 "': the train state (step, data_position, optimizer_step, counters, metadata) does not match its "
                 "checksum: the layout was edited or corrupted; restore it from the run that wrote it");
     }
@@ -506,7 +510,7 @@ void save_files_and_swap(const std::string& dir, const std::string& saving, cons
     j["optimizer_step"] = opt.step_count();
     const ordered_json st = train_state_json(state);  // a named object: items() refers into it
     for (auto& [k, v] : st.items()) j[k] = v;
-    j["train_state_fnv1a64"] = train_state_checksum_of(state, opt.step_count());
+    j["train_state_fnv1a64"] = train_state_checksum(state, opt.step_count());
     ordered_json units = ordered_json::array(), params = ordered_json::array(), files = ordered_json::array();
     for (auto& u : zero.units()) {
       units.push_back({{"name", u->name}, {"numel", u->numel}, {"padded", u->padded}, {"shard_size", u->shard_size}});
@@ -582,10 +586,6 @@ io::TrainState load_impl(const std::string& dir, ZeroPartitioner& zero, ZeroAdam
 }
 
 }  // namespace
-
-std::string train_state_checksum(const io::TrainState& state, int64_t optimizer_step) {
-  return train_state_checksum_of(state, optimizer_step);
-}
 
 void save_sharded(const std::string& dir, ZeroPartitioner& zero, const ZeroAdamW& opt, const io::TrainState& state) {
   save_impl(dir, zero, opt, state);

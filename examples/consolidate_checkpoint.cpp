@@ -18,14 +18,6 @@
 #include "io/file.h"
 #include "io/gpt2_format.h"
 
-namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   if (argc != 3 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
     std::fprintf(stderr,
@@ -39,7 +31,7 @@ int main(int argc, char** argv) {
   const std::string ckpt = argv[1], out = argv[2];
   try {
     const zdl::io::TrainState st = zdl::dist::read_sharded_train_state(ckpt);
-    if (ends_with(out, ".safetensors")) {
+    if (out.ends_with(".safetensors")) {
       zdl::dist::consolidate_sharded(ckpt, out);
       std::printf("wrote %s (step %lld)\n", out.c_str(), static_cast<long long>(st.step));
       return 0;
