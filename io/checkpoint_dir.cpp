@@ -1,5 +1,6 @@
 #include "io/checkpoint_dir.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -105,7 +106,8 @@ void check_checkpoint_destination(const std::string& dir, const char* marker_fil
     require(fs::is_empty(p, ec) || fs::exists(p / marker_file, ec), "'", dir,
             "' is a non-empty directory that is not a zdl checkpoint (no ", marker_file,
             "); a save replaces the whole directory, so choose a new or empty one");
-    const bool writable = ::access(dir.c_str(), W_OK | X_OK) == 0;
+    // AT_EACCESS: the rights this process writes with (effective ids), not access()'s real ids.
+    const bool writable = ::faccessat(AT_FDCWD, dir.c_str(), W_OK | X_OK, AT_EACCESS) == 0;
     const int err = errno;
     require(writable, "the checkpoint directory '", dir, "' is not writable (", std::strerror(err),
             "): a save replaces it and removes its files");

@@ -3,11 +3,13 @@
 // truncation, a different model and a newer format are each rejected clearly; a save that
 // dies halfway leaves the previous checkpoint loadable.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 
 #include "autograd/grad_mode.h"
 #include "io/checkpoint.h"
+#include "io/checkpoint_dir.h"
 #include "nn/gpt.h"
 #include "nn/parameter_factory.h"
 #include "optim/param_groups.h"
@@ -236,6 +238,32 @@ TEST(Checkpoint, FileSystemFailuresAreZdlErrors) {
   TrainRun a(1);
   std::string msg = error_of([&] { save_checkpoint(tmp / "not_a_dir/ckpt", *a.model, *a.opt, sample_state(0)); });
   EXPECT_NE(msg.find("save_checkpoint('" + (tmp / "not_a_dir/ckpt") + "')"), std::string::npos) << msg;
+}
+
+// A save replaces the checkpoint directory and removes its files: one this user cannot write
+// (chmod 555) is refused by the startup check, a writable one passes. Root writes anywhere, so
+// as root the check runs as user nobody (effective uid only; it comes back after).
+TEST(CheckpointDir, AnUnwritableCheckpointDirectoryIsRefusedByTheStartupCheck) {
+  namespace fs = std::filesystem;
+  TempDir tmp;
+  fs::permissions(tmp.path(), fs::perms::all);  // nobody may enter (and write) here
+  fs::create_directory(tmp / "ro");
+  fs::create_directory(tmp / "rw");
+  write_bytes(tmp / "ro/layout.json", "{}");
+  write_bytes(tmp / "rw/layout.json", "{}");
+  fs::permissions(tmp / "ro", fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                                  fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(tmp / "rw", fs::perms::all);
+  const bool root = ::geteuid() == 0;
+  if (root) ASSERT_EQ(::seteuid(65534), 0) << "root could not take an unprivileged effective uid";
+  const std::string refused = error_of([&] { check_checkpoint_destination(tmp / "ro", "layout.json"); });
+  const std::string accepted = error_of([&] { check_checkpoint_destination(tmp / "rw", "layout.json"); });
+  if (root) ASSERT_EQ(::seteuid(0), 0);
+  EXPECT_NE(refused.find("the checkpoint directory '" + (tmp / "ro") + "' is not writable (Permission denied)"),
+            std::string::npos)
+      << refused;
+  EXPECT_EQ(accepted, "");
+  fs::permissions(tmp / "ro", fs::perms::owner_all);  // so the temporary directory can go
 }
 
 }  // namespace zdl::io
