@@ -59,8 +59,9 @@ fi
 # ---- ASan + UBSan: the whole CPU suite -------------------------------------------------------
 # Every target (library, tests, programs) instrumented; every ctest test runs, the mpirun
 # tests and the python-driven program tests included (their programs are instrumented; the
-# options below reach them through the environment). Nothing is excluded: the fuzz targets
-# are not part of this build (ZDL_FUZZ=OFF), the CUDA tests skip in a CPU build.
+# options below reach them through the environment). The fuzz targets are not part of this
+# build (ZDL_FUZZ=OFF), the CUDA tests skip in a CPU build, and the find_package project test
+# is not registered (it checks packaging, and an instrumented library needs instrumented users).
 #   ASan: stop at the first error; use-after-return and init-order checks on; LeakSanitizer
 #   at exit of every process, with suppressions for third-party libraries only
 #   (tests/sanitizers/lsan.supp). UBSan: the build already aborts on the first report
