@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# zerodl's ZeRO stages next to their PyTorch equivalents, the same model and batches on the same
+# CPU ranks (docs/walkthrough.md, "Side by side"): train_gpt under mpirun at stages 0-3, and
+# PyTorch (PyPI's, in the venv of bench/setup_torch_venv.sh) under DDP, DDP +
+# ZeroRedundancyOptimizer, FSDP2 fully_shard(reshard_after_forward=False / True) on gloo.
+# Both start from one initial checkpoint exported by zerodl and read the same windows of the
+# same text in the same order, so their losses agree to float rounding, step by step.
+#   bash bench/run_side_by_side.sh [BUILD_DIR] [N...]       (default: build, N = 2)
+# Model: the walkthrough's GPT (L=4, H=4, C=128, T=64, vocabulary 256, global batch 8, f32), 30
+# steps (lr 3e-3, warm-up 5, cosine), step times as medians after 3 steps. Without the venv the
+# PyTorch rows are skipped, saying so.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${1:-$root/build}"
+shift || true
+if [ $# -gt 0 ]; then ranks=("$@"); else ranks=(2); fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+steps=30 warm=3
+train=(--n-layer 4 --n-head 4 --n-embd 128 --seq 64 --batch 8 --lr 3e-3 --warmup 5 --steps "$steps" --eval-every 0)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+threads=$(nproc)
+py="${ZDL_TORCH_VENV:-$root/.venv-torch}/bin/python"
+
+echo "CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $threads cores; $(grep -o -w -E 'avx2|avx512f|avx512_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+# The shared start: one step at learning rate 0 changes nothing (AdamW's update, decay
+# included, is multiplied by lr), so the checkpoint holds the initial weights.
+"$build/examples/train_gpt" "${train[@]}" --steps 1 --lr 0 --save "$tmp/init_ck" >/dev/null
+"$build/examples/consolidate_checkpoint" "$tmp/init_ck" "$tmp/init" >/dev/null
+data="${TMPDIR:-/tmp}/zerodl-default-corpus.txt"  # the embedded corpus train_gpt wrote (data/default_corpus.h)
+
+for n in "${ranks[@]}"; do
+  per=$(( threads / n > 0 ? threads / n : 1 ))
+  for stage in 0 1 2 3; do
+    OMP_NUM_THREADS=$per mpirun -np "$n" "$build/examples/train_gpt" "${train[@]}" --init-from "$tmp/init" \
+      --data "$data" --zero-stage "$stage" --metrics "$tmp/z-$n-$stage.jsonl" >/dev/null
+  done
+  if [ -x "$py" ] && "$py" -c "import torch" 2>/dev/null; then
+    (cd "$root/bench" && "$py" torch_side_by_side.py --init "$tmp/init" --data "$data" --ranks "$n" \
+      --threads "$threads" --steps "$steps" --warm "$warm" --warmup 5 --lr 3e-3) >"$tmp/t-$n.jsonl"
+    torch_version=$("$py" -c "import torch; print(torch.__version__)")
+  else
+    echo "(no PyTorch venv at ${py%/bin/python}: bash bench/setup_torch_venv.sh makes one; PyTorch rows skipped)"
+    : >"$tmp/t-$n.jsonl"
+    torch_version=""
+  fi
+  python3 - "$tmp" "$n" "$warm" "$torch_version" <<'PY'
+import json, statistics, sys
+tmp, n, warm, tv = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+rows = []
+for stage, name in enumerate(("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")):
+    m = [json.loads(l) for l in open(f"{tmp}/z-{n}-{stage}.jsonl") if '"tokens_per_s"' in l]
+    mem = m[-1]["mem"]
+    rows.append((f"zerodl {name}", [r["loss"] for r in m], statistics.median(r["ms"] for r in m[warm:]),
+                 [mem[k] / 2**20 for k in ("param", "grad", "optim")]))
+names = {"ddp": "DDP", "zero1": "DDP + ZeroRedundancyOptimizer", "fsdp2_keep": "FSDP2 reshard_after_forward=False",
+         "fsdp2_reshard": "FSDP2 reshard_after_forward=True"}
+for line in open(f"{tmp}/t-{n}.jsonl"):
+    t = json.loads(line)
+    rows.append((f"torch {names[t['mode']]}", t["losses"], t["step_ms"], t["states_mib"]))
+ref = rows[0][1]
+print(f"\nN = {n} ranks, {len(ref)} steps" + (f"; PyTorch {tv}" if tv else ""))
+print(f"{'run':<40} {'loss@1':>7} {'loss@10':>7} {'loss@' + str(len(ref)):>7} {'max|dloss|':>10} {'step_ms':>7}  "
+      "param/grad/optim MiB (rank 0)")
+worst = 0.0
+for name, losses, ms, st in rows:
+    d = max(abs(a - b) for a, b in zip(losses, ref))
+    worst = max(worst, d)
+    print(f"{name:<40} {losses[0]:7.4f} {losses[9]:7.4f} {losses[-1]:7.4f} {d:10.2e} {ms:7.1f}  "
+          f"{st[0]:5.2f} / {st[1]:5.2f} / {st[2]:5.2f}")
+print("max|dloss|: the largest difference from zerodl DDP's loss, over all steps. States: at the end of the")
+print("last step, before zero_grad; zerodl's from its memory ledger, PyTorch's from the tensors each rank holds.")
+# Rounding drifts by ~1e-4 over these 30 steps; a different batch or init shows at once (> 0.01).
+if worst > 1e-3:
+    sys.exit(f"run_side_by_side: the runs disagree by {worst:.2e} (> 1e-3): not the same model, data or optimizer")
+PY
+done
