@@ -2,7 +2,7 @@
 #include "data/token_dataset.h"
 
 #include <cmath>
-#include <cstdio>
+#include <utility>
 
 #include "core/rng.h"
 
@@ -10,15 +10,11 @@ namespace zdl::data {
 
 const char* split_name(Split s) { return s == Split::Train ? "train" : "val"; }
 
-std::string DataFingerprint::to_string() const {
-  char hex[32];
-  std::snprintf(hex, sizeof(hex), "0x%016llx", static_cast<unsigned long long>(fnv1a));
-  return detail::str("size=", size, " fnv1a=", hex);
-}
+TokenDataset::TokenDataset(const std::string& path_or_pattern, const TokenDatasetOptions& opts)
+    : TokenDataset(TokenFiles(path_or_pattern), opts) {}
 
-
-TokenDataset::TokenDataset(const std::string& path, const TokenDatasetOptions& opts)
-    : file_(path), opts_(opts) {
+TokenDataset::TokenDataset(TokenFiles files, const TokenDatasetOptions& opts) : files_(std::move(files)), opts_(opts) {
+  const std::string& path = files_.source();
   const int64_t B = opts_.batch_size, T = opts_.seq_len, N = opts_.world_size;
   ZDL_CHECK(B >= 1 && T >= 1, "TokenDataset '", path, "': batch_size and seq_len must be >= 1, got B=", B, " T=", T);
   ZDL_CHECK(N >= 1 && opts_.rank >= 0 && opts_.rank < N, "TokenDataset '", path, "': rank ", opts_.rank,
@@ -28,20 +24,21 @@ TokenDataset::TokenDataset(const std::string& path, const TokenDatasetOptions& o
             " (each rank takes B/N rows)");
   ZDL_CHECK(opts_.val_fraction >= 0.0 && opts_.val_fraction < 1.0, "TokenDataset '", path,
             "': val_fraction must be in [0, 1), got ", opts_.val_fraction);
-  const int64_t n = file_.size();
+  const int64_t n = files_.num_tokens();
   const int64_t n_val = static_cast<int64_t>(std::floor(static_cast<double>(n) * opts_.val_fraction));
   train_size_ = n - n_val;
   const int64_t need = B * T + 1;
-  ZDL_CHECK(train_size_ >= need, "TokenDataset '", path, "': train split has ", train_size_, " tokens (file ", n,
-            " tokens, val_fraction ", opts_.val_fraction, ") but one batch needs B*T+1 = ", B, "*", T,
-            "+1 = ", need, "; use a larger file or a smaller batch_size / seq_len");
+  ZDL_CHECK(train_size_ >= need, "TokenDataset '", path, "': train split has ", train_size_, " tokens (", n,
+            " in all, val_fraction ", opts_.val_fraction, ") but one batch needs B*T+1 = ", B, "*", T, "+1 = ", need,
+            "; use more data or a smaller batch_size / seq_len");
   ZDL_CHECK(opts_.val_fraction == 0.0 || n_val >= need, "TokenDataset '", path, "': val split has ", n_val,
-            " tokens (file ", n, " tokens, val_fraction ", opts_.val_fraction, ") but one batch needs B*T+1 = ", B,
-            "*", T, "+1 = ", need, "; use a larger file, a larger val_fraction, or a smaller batch_size / seq_len");
+            " tokens (", n, " in all, val_fraction ", opts_.val_fraction, ") but one batch needs B*T+1 = ", B, "*",
+            T, "+1 = ", need, "; use more data, a larger val_fraction, or a smaller batch_size / seq_len");
+  if (opts_.vocab_size > 0) files_.check_ids_below(opts_.vocab_size);
 }
 
 void TokenDataset::check_split(Split s, const char* what) const {
-  ZDL_CHECK(split_size(s) > 0, "TokenDataset '", path(), "': ", what, " of the ", split_name(s),
+  ZDL_CHECK(split_size(s) > 0, "TokenDataset '", files_.source(), "': ", what, " of the ", split_name(s),
             " split, which is empty (val_fraction = ", opts_.val_fraction, ")");
 }
 
@@ -72,8 +69,8 @@ std::vector<int64_t> TokenDataset::window_starts(Split split, int64_t index) con
 
 Batch TokenDataset::step_rows(int64_t step, int64_t first, int64_t count) const {
   check_split(Split::Train, "training step");
-  ZDL_CHECK(step >= 0 && first >= 0 && count >= 1 && first + count <= (int64_t{1} << 32), "TokenDataset '", path(),
-            "': step_rows(step=", step, ", first=", first, ", count=", count, ") is out of range");
+  ZDL_CHECK(step >= 0 && first >= 0 && count >= 1 && first + count <= (int64_t{1} << 32), "TokenDataset '",
+            files_.source(), "': step_rows(step=", step, ", first=", first, ", count=", count, ") is out of range");
   std::vector<int64_t> starts(static_cast<size_t>(count));
   for (int64_t j = 0; j < count; ++j) starts[static_cast<size_t>(j)] = window_start(Split::Train, step, first + j);
   return copy_windows(starts.data(), count);
@@ -89,9 +86,9 @@ Batch TokenDataset::eval_batch(Split split, int64_t index) const {
   check_split(split, "eval batch");
   const int64_t B = opts_.batch_size, T = opts_.seq_len;
   const int64_t count = num_eval_batches(split);
-  ZDL_CHECK(index >= 0 && index < count, "TokenDataset '", path(), "': eval batch ", index, " is out of range; the ",
-            split_name(split), " split (", split_size(split), " tokens) holds ", count, " batches of B*T = ", B, "*",
-            T);
+  ZDL_CHECK(index >= 0 && index < count, "TokenDataset '", files_.source(), "': eval batch ", index,
+            " is out of range; the ", split_name(split), " split (", split_size(split), " tokens) holds ", count,
+            " batches of B*T = ", B, "*", T);
   std::vector<int64_t> starts(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) starts[static_cast<size_t>(b)] = split_begin(split) + index * B * T + b * T;
   return gather(starts);
@@ -103,31 +100,25 @@ Batch TokenDataset::gather(const std::vector<int64_t>& global_starts) const {
 }
 
 Batch TokenDataset::copy_windows(const int64_t* starts, int64_t rows) const {
-  file_.check_unchanged();  // a truncated file would SIGBUS below; a rewritten one feed other bytes
+  files_.check_unchanged();  // a truncated file would SIGBUS below; a rewritten one feed other tokens
   const int64_t T = opts_.seq_len;
   Batch batch{Tensor::empty({rows, T}, DType::I64), Tensor::empty({rows, T}, DType::I64)};
   int64_t* x = batch.inputs.data<int64_t>();
   int64_t* y = batch.targets.data<int64_t>();
-  const uint8_t* bytes = file_.data();
   for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* w = bytes + starts[r];
-    for (int64_t t = 0; t < T; ++t) {
-      x[r * T + t] = w[t];
-      y[r * T + t] = w[t + 1];
-    }
+    files_.read(starts[r], T, x + r * T);
+    files_.read(starts[r] + 1, T, y + r * T);
   }
   return batch;
 }
 
-DataFingerprint TokenDataset::fingerprint() const {
-  return {file_.size(), fnv1a64(file_.data(), static_cast<size_t>(file_.size()))};
-}
+DataFingerprint TokenDataset::fingerprint() const { return combine(files_.file_fingerprints()); }
 
 void TokenDataset::expect_fingerprint(const DataFingerprint& expected) const {
   const DataFingerprint now = fingerprint();
-  ZDL_CHECK(now == expected, "TokenDataset: data file '", path(), "' changed since the checkpoint: expected ",
+  ZDL_CHECK(now == expected, "TokenDataset: the data '", files_.source(), "' changed since the checkpoint: expected ",
             expected.to_string(), ", found ", now.to_string(),
-            "; resume with the original file or start a fresh run");
+            "; resume with the original data or start a fresh run");
 }
 
 }  // namespace zdl::data

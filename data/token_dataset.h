@@ -1,9 +1,19 @@
-// TokenDataset: batches of (inputs, targets) from a memory-mapped token file.
+// TokenDataset: batches of (inputs, targets) from memory-mapped token files.
 //
 // Choices, and why:
-// - Tokens are the file's bytes (ByteTokenizer, vocab 256), read through a read-only mmap,
-//   so any text file is a dataset and nothing is loaded that a batch does not touch.
-// - The file is split by position: the last `val_fraction` of the tokens are validation.
+// - The tokens come from data::TokenFiles: text (a file's bytes are its tokens: ByteTokenizer,
+//   vocab 256) or llm.c's GPT-2 token shards (uint16 ids; data/llmc_shard.h), one file or a
+//   glob pattern of several read as one stream in name order. Files are read through
+//   read-only mmaps, so nothing is loaded that a batch does not touch, but for one sequential
+//   scan at open that checks every id against the model's vocabulary (`vocab_size`).
+// - Windows cross file boundaries: the shards are one stream, as if concatenated. Each llm.c
+//   shard begins with the end-of-text token, so a boundary is one more document boundary like
+//   the thousands inside every shard, and a window spanning one is as good a sample as one
+//   spanning those. It keeps the stream one index space: a window start is one uniform draw
+//   over it (every token equally likely, whatever the shards' sizes), the splits are ranges of
+//   it, and no tokens are lost at a shard's end.
+// - The stream is split by position: the last `val_fraction` of the tokens are validation
+//   (of several shards: the end of the last ones).
 // - A training batch is a pure function of (seed, batch index): row b's window start comes
 //   from Philox(key = seed, counter = (index, stream = split<<32 | b)). There is no hidden
 //   RNG state, so the data position is just the batch counter; saving position() in a
@@ -17,6 +27,7 @@
 //   same tokens however it is launched.
 //
 //   data::TokenDataset ds("input.txt", {.batch_size = 8, .seq_len = 128, .seed = 1337});
+//   data::TokenDataset gpt2("shards/tiny_train_*.bin", {.seq_len = 1024, .vocab_size = 50257});
 //   data::Batch b = ds.next_batch();          // b.inputs, b.targets: [8, 128] I64
 //   int64_t pos = ds.position();              // store in the checkpoint; ds.set_position(pos)
 #pragma once
@@ -25,8 +36,8 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "core/hash.h"
-#include "data/mapped_file.h"
+#include "data/data_fingerprint.h"
+#include "data/token_files.h"
 
 namespace zdl::data {
 
@@ -40,6 +51,7 @@ struct TokenDatasetOptions {
   uint64_t seed = 1337;
   int64_t rank = 0;           // this process's rows of the global batch ...
   int64_t world_size = 1;     // ... out of N
+  int64_t vocab_size = 0;     // the model's vocabulary: every token id must be below it (0: unchecked)
 };
 
 struct Batch {
@@ -47,21 +59,14 @@ struct Batch {
   Tensor targets;  // [B/N, T] I64: the same windows shifted by one token
 };
 
-// Identifies a data file's contents, to refuse resuming a run on a changed file.
-struct DataFingerprint {
-  int64_t size = 0;    // bytes
-  uint64_t fnv1a = 0;  // FNV-1a 64 of all bytes
-  bool operator==(const DataFingerprint&) const = default;
-  std::string to_string() const;  // "size=1234 fnv1a=0x0123456789abcdef"
-};
-
-
 class TokenDataset {
  public:
-  // Maps `path` and checks the options: B, T >= 1; 0 <= val_fraction < 1; 0 <= rank < N;
-  // B divisible by N; every non-empty split holds at least B*T + 1 tokens. Errors name the
-  // path and the sizes.
-  TokenDataset(const std::string& path, const TokenDatasetOptions& opts);
+  // Reads `files` and checks the options: B, T >= 1; 0 <= val_fraction < 1; 0 <= rank < N;
+  // B divisible by N; every non-empty split holds at least B*T + 1 tokens; every id is below
+  // vocab_size. Errors name the source (the file, for an id) and the numbers.
+  TokenDataset(TokenFiles files, const TokenDatasetOptions& opts);
+  // Opens TokenFiles(path_or_pattern) (see there for its errors).
+  TokenDataset(const std::string& path_or_pattern, const TokenDatasetOptions& opts);
 
   // Training batch number position() (this rank's rows), then advances the position.
   Batch next_batch();
@@ -72,8 +77,8 @@ class TokenDataset {
   // Random batch `index` of `split` (this rank's rows); next_batch() is
   // random_batch(Split::Train, position()++). Also usable for sampled validation loss.
   Batch random_batch(Split split, int64_t index) const;
-  // File offsets where the GLOBAL rows of random batch `index` start (size B); row b's
-  // inputs are bytes [start, start + T), its targets [start + 1, start + T + 1).
+  // Stream positions where the GLOBAL rows of random batch `index` start (size B); row b's
+  // inputs are tokens [start, start + T), its targets [start + 1, start + T + 1).
   std::vector<int64_t> window_starts(Split split, int64_t index) const;
 
   // Rows [first, first + count) of training step `step`'s sequences, unsliced (every rank
@@ -89,28 +94,28 @@ class TokenDataset {
   // Full sequential batches that fit in the split: (split_size - 1) / (B*T).
   int64_t num_eval_batches(Split split) const;
 
-  int64_t num_tokens() const { return file_.size(); }
+  int64_t num_tokens() const { return files_.num_tokens(); }
   int64_t split_begin(Split s) const { return s == Split::Train ? 0 : train_size_; }
-  int64_t split_size(Split s) const { return s == Split::Train ? train_size_ : file_.size() - train_size_; }
+  int64_t split_size(Split s) const { return s == Split::Train ? train_size_ : num_tokens() - train_size_; }
   int64_t local_batch_size() const { return opts_.batch_size / opts_.world_size; }
   const TokenDatasetOptions& options() const { return opts_; }
-  const std::string& path() const { return file_.path(); }
+  const TokenFiles& files() const { return files_; }
 
-  // Size + FNV-1a of the whole file (reads every byte: about a second per GB).
+  // The data's fingerprint: combine(files().file_fingerprints()) (reads every byte).
   DataFingerprint fingerprint() const;
-  // Throws, naming both fingerprints, if the file no longer matches `expected`.
+  // Throws, naming both fingerprints, if the data no longer match `expected`.
   void expect_fingerprint(const DataFingerprint& expected) const;
 
  private:
   void check_split(Split s, const char* what) const;
-  // Copies this rank's rows of windows starting at `global_starts` (file offsets).
+  // Copies this rank's rows of windows starting at `global_starts` (stream positions).
   Batch gather(const std::vector<int64_t>& global_starts) const;
   // Copies `rows` windows starting at starts[0..rows).
   Batch copy_windows(const int64_t* starts, int64_t rows) const;
-  // File offset of row `row` of random batch `index` of `split`.
+  // Stream position of row `row` of random batch `index` of `split`.
   int64_t window_start(Split split, int64_t index, int64_t row) const;
 
-  MappedFile file_;
+  TokenFiles files_;
   TokenDatasetOptions opts_;
   int64_t train_size_ = 0;
   int64_t position_ = 0;
@@ -118,7 +123,8 @@ class TokenDataset {
 
 // [Note: resumable data]
 // Because batch i depends only on (seed, i), a checkpoint needs only the position (and the
-// fingerprint, to catch a different file). Changing world size on resume is fine too: the
-// global batch is the same, only how it is sliced changes.
+// fingerprint, to catch different data: a changed file, another set of shards). Changing
+// world size on resume is fine too: the global batch is the same, only how it is sliced
+// changes.
 
 }  // namespace zdl::data

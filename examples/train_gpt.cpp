@@ -1,10 +1,12 @@
-// train_gpt: trains a GPT-2-style model on a text file (byte-level), the main job of zerodl.
+// train_gpt: trains a GPT-2-style model on a text file (byte-level) or on llm.c's GPT-2 token
+// shards, the main job of zerodl.
 // One code path for one process and for N ranks: the model is always placed by the ZeRO
 // partition manager (stage 0 = DDP on one rank is plain training, bit for bit).
 //
 //   train_gpt                                              # embedded default corpus, small model
 //   mpirun -np 4 train_gpt --zero-stage 3                  # 4 ranks, everything sharded
 //   train_gpt --data input.txt --steps 2000 --n-layer 4 --n-embd 128 --save ckpt
+//   train_gpt --data 'fineweb10B/fineweb_train_*.bin' --seq 1024     # llm.c shards: vocab 50257
 //   mpirun -np 2 train_gpt --resume ckpt --zero-stage 2    # resume on another N / stage
 //   train_gpt --init-from gpt2.safetensors --eval-only --data val.txt
 //   mpirun -np 8 train_gpt --device cuda --zero-stage 3    # one rank per GPU (NCCL)
@@ -23,6 +25,7 @@
 
 #include "data/byte_tokenizer.h"
 #include "data/default_corpus.h"
+#include "data/llmc_shard.h"
 #include "data/token_dataset.h"
 #include "dist/communicator.h"
 #include "dist/metrics.h"
@@ -89,7 +92,7 @@ struct Args {
   std::string device = "cpu";
   std::string dist_backend = "auto";
   double peak_tflops = 0;  // 0: from the GPU's name
-  int64_t vocab_size = 0;  // 0: the byte tokenizer's 256
+  int64_t vocab_size = 0;  // 0: the data's (bytes: 256; llm.c shards: GPT-2's 50257)
 };
 
 using examples::UsageError;
@@ -151,18 +154,73 @@ void check_model_fits_in_memory(const nn::GPTConfig& c, const Args& a, int world
                                  " GiB; choose a smaller model or batch, or more ranks"));
 }
 
-// --resume on a data file of another size, said plainly (shorter or longer, both sizes) before
-// the dataset is opened, which would otherwise at best say the file is too small for a batch.
-void check_data_size(const io::TrainState& st, const std::string& path) {
-  auto it = st.metadata.find("data_fingerprint");
-  long long saved = -1;
-  if (it == st.metadata.end() || std::sscanf(it->second.c_str(), "size=%lld", &saved) != 1 || saved < 0) return;
-  std::error_code ec;
-  const auto now = static_cast<long long>(std::filesystem::file_size(path, ec));
-  if (ec || now == saved) return;
-  throw UsageError(detail::str("--resume: the data file '", path, "' is ", now < saved ? "shorter" : "longer",
-                               " than when the checkpoint was saved (", now, " bytes now, ", saved,
-                               " then): it changed since the checkpoint; resume on the data the run was trained on"));
+// The checkpoint's record of its data (metadata "data"): the --data source, the format, and each
+// file's path, tokens and fingerprint in reading order, so a resume names the file that changed.
+std::string data_record(const data::TokenFiles& files, const std::vector<data::DataFingerprint>& fps) {
+  json list = json::array();
+  for (size_t i = 0; i < fps.size(); ++i)
+    list.push_back({{"path", files.files()[i].mapped.path()},
+                    {"tokens", files.files()[i].count},
+                    {"fingerprint", fps[i].to_string()}});
+  return json{{"source", files.source()}, {"format", data::format_name(files.format())}, {"files", list}}.dump();
+}
+
+// The fingerprints of the files a checkpoint was trained on, in reading order: from its data
+// record, or (a checkpoint from before shards) its one file's; none if it has neither.
+std::vector<data::DataFingerprint> saved_data_files(const io::TrainState& st) {
+  std::vector<data::DataFingerprint> saved;
+  try {
+    if (auto it = st.metadata.find("data"); it != st.metadata.end()) {
+      const json record = json::parse(it->second);
+      for (const json& f : record.at("files"))
+        saved.push_back(data::DataFingerprint::parse(f.at("fingerprint").get<std::string>()));
+    } else if (auto fp = st.metadata.find("data_fingerprint"); fp != st.metadata.end()) {
+      saved.push_back(data::DataFingerprint::parse(fp->second));
+    }
+  } catch (const std::exception& e) {
+    throw UsageError(std::string("--resume: the checkpoint's record of its data is unreadable: ") + e.what());
+  }
+  return saved;
+}
+
+// --resume on data of another size, said plainly (another number of files; a file shorter or
+// longer, both sizes) before the dataset is opened, which would otherwise at best say the data
+// are too small for a batch.
+void check_data_sizes(const io::TrainState& st, const data::TokenFiles& files) {
+  const auto saved = saved_data_files(st);
+  const auto& now = files.files();
+  if (saved.empty()) return;
+  if (saved.size() != now.size())
+    throw UsageError(detail::str("--resume: --data '", files.source(), "' reads ", now.size(), " file(s) now, ",
+                                 saved.size(), " when the checkpoint was saved; resume on the data the run was "
+                                 "trained on"));
+  for (size_t i = 0; i < now.size(); ++i) {
+    const int64_t size = now[i].mapped.size(), then = saved[i].size;
+    if (size == then) continue;
+    throw UsageError(detail::str("--resume: the data file '", now[i].mapped.path(), "'",
+                                 now.size() > 1 ? detail::str(" (file ", i + 1, " of ", now.size(), ")") : "", " is ",
+                                 size < then ? "shorter" : "longer", " than when the checkpoint was saved (", size,
+                                 " bytes now, ", then, " then): it changed since the checkpoint; resume on the data "
+                                 "the run was trained on"));
+  }
+}
+
+// --resume on data whose fingerprint changed: refused, naming the first file that differs.
+void check_data_unchanged(const io::TrainState& st, const data::TokenFiles& files,
+                          const std::vector<data::DataFingerprint>& fps) {
+  const std::string now = data::combine(fps).to_string();
+  const auto saved = st.metadata.find("data_fingerprint");
+  if (saved != st.metadata.end() && saved->second == now) return;
+  auto changed = [](const std::string& what, const std::string& then, const std::string& is) {
+    return UsageError("--resume: " + what + " changed since the checkpoint (saved " + then + ", now " + is +
+                      "); resume on the data the run was trained on");
+  };
+  const auto saved_files = saved_data_files(st);
+  for (size_t i = 0; i < saved_files.size() && i < fps.size(); ++i)
+    if (saved_files[i] != fps[i])
+      throw changed("the data file '" + files.files()[i].mapped.path() + "'", saved_files[i].to_string(),
+                    fps[i].to_string());
+  throw changed("--data '" + files.source() + "'", saved == st.metadata.end() ? "nothing" : saved->second, now);
 }
 
 // What the flags and files make of a run: the model, the data, the checkpoint it resumes.
@@ -170,14 +228,17 @@ struct Setup {
   std::optional<io::TrainState> resumed;
   nn::GPTConfig cfg;
   DType dtype = DType::F32;
-  std::string data_path;
+  std::string data_path;  // --data: a file or a pattern
   std::unique_ptr<data::TokenDataset> ds;
   std::unique_ptr<io::MetricsLog> metrics;
 };
 
-// The model's config: the checkpoint's (--resume), the GPT-2 file's (--init-from) or the flags'.
-// A shape flag that disagrees with a checkpoint or a file is refused, never silently ignored.
-nn::GPTConfig model_config(Args& a, const CLI::App& app, std::optional<io::TrainState>& resumed) {
+// The model's config: the checkpoint's (--resume), the GPT-2 file's (--init-from) or the flags'
+// (a new model's vocabulary is the data's: 256 bytes, or GPT-2's 50257 for llm.c shards, padded
+// to a multiple of 128 as llm.c does). A shape flag that disagrees with a checkpoint or a file is
+// refused, never silently ignored.
+nn::GPTConfig model_config(Args& a, const CLI::App& app, std::optional<io::TrainState>& resumed,
+                           data::TokenFormat format) {
   auto given = [&](const char* flag) { return app.count(flag) > 0; };
   nn::GPTConfig cfg;
   if (!a.resume.empty()) {
@@ -238,8 +299,10 @@ nn::GPTConfig model_config(Args& a, const CLI::App& app, std::optional<io::Train
     check_flag("--n-embd", a.n_embd, cfg.n_embd);
     check_flag("--vocab-size", a.vocab_size, cfg.vocab_size);
   } else {
-    cfg.vocab_size = a.vocab_size > 0 ? a.vocab_size : data::ByteTokenizer::kVocabSize;
-    cfg.padded_vocab_size = a.vocab_multiple > 1 ? data::padded_vocab(cfg.vocab_size, a.vocab_multiple) : 0;
+    const bool gpt2 = format == data::TokenFormat::Llmc;
+    cfg.vocab_size = a.vocab_size > 0 ? a.vocab_size : gpt2 ? data::kGpt2VocabSize : data::ByteTokenizer::kVocabSize;
+    const int64_t multiple = given("--vocab-multiple") ? a.vocab_multiple : gpt2 ? data::kGpt2VocabMultiple : 1;
+    cfg.padded_vocab_size = multiple > 1 ? data::padded_vocab(cfg.vocab_size, multiple) : 0;
     cfg.block_size = a.seq;
     cfg.n_layer = a.n_layer;
     cfg.n_head = a.n_head;
@@ -258,9 +321,20 @@ Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device d
   auto given = [&](const char* flag) { return app.count(flag) > 0; };
   Setup s;
   examples::agree_on_usage(comm, [&] {
+    // Every rank makes the default corpus itself (atomic write): no shared file system needed.
+    s.data_path = a.data.empty() ? data::default_corpus_file() : a.data;
+    if (!data::is_glob_pattern(s.data_path) && !std::filesystem::exists(s.data_path))
+      throw UsageError("--data: no file '" + s.data_path + "'");
+    std::optional<data::TokenFiles> files;
+    try {
+      files.emplace(s.data_path);
+    } catch (const Error& e) {
+      throw UsageError(std::string("--data: ") + e.what());
+    }
+    const bool gpt2_tokens = files->format() == data::TokenFormat::Llmc;
     nn::GPTConfig& cfg = s.cfg;
     std::optional<io::TrainState>& resumed = s.resumed;
-    cfg = model_config(a, app, resumed);
+    cfg = model_config(a, app, resumed, files->format());
     try {
       cfg.validate();
     } catch (const Error& e) {
@@ -273,11 +347,17 @@ Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device d
       throw UsageError(detail::str("--prefetch applies to --zero-stage 3 only (got --zero-stage ", a.zero_stage, ")"));
     if (given("--peak-tflops") && !dev.is_cuda())
       throw UsageError("--peak-tflops applies to --device cuda only (MFU is reported for GPUs)");
-    if (a.sample > 0 && a.init_from.empty() && cfg.vocab_size != data::ByteTokenizer::kVocabSize)
-      throw UsageError(detail::str("--sample decodes bytes: it needs the byte vocabulary 256, not ", cfg.vocab_size,
-                                   " (--vocab-size; a larger vocabulary is for measuring speed)"));
+    // Sampling encodes the prompt and decodes the sample as bytes: the byte tokenizer is the only one.
+    const char* sampling = a.sample > 0 ? "--sample" : given("--prompt") ? "--prompt" : nullptr;
+    if (sampling && gpt2_tokens)
+      throw UsageError(detail::str(sampling, ": the data are GPT-2 token ids (llm.c shards), and zerodl has no GPT-2 "
+                                   "tokenizer to encode a prompt or decode a sample; drop ", sampling));
+    if (sampling && cfg.vocab_size != data::ByteTokenizer::kVocabSize)
+      throw UsageError(detail::str(sampling, " works in bytes: it needs the byte vocabulary 256, not ", cfg.vocab_size,
+                                   " (zerodl has no tokenizer for a larger one; --vocab-size larger than 256 is for "
+                                   "measuring speed)"));
     check_model_fits_in_memory(cfg, a, comm.size(), dev);
-    if (cfg.vocab_size < data::ByteTokenizer::kVocabSize)
+    if (!gpt2_tokens && cfg.vocab_size < data::ByteTokenizer::kVocabSize)
       throw UsageError(detail::str("the model's vocabulary (", cfg.vocab_size, ") is smaller than the byte tokenizer's 256"));
     if (a.batch % comm.size() != 0)
       throw UsageError(detail::str("--batch ", a.batch, " must be divisible by the number of ranks ", comm.size(),
@@ -289,15 +369,13 @@ Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device d
     }
     if (s.dtype != DType::F32 && s.dtype != DType::BF16) throw UsageError("--dtype must be f32 or bf16, got " + a.dtype);
 
-    // Every rank makes the default corpus itself (atomic write): no shared file system needed.
-    s.data_path = a.data.empty() ? data::default_corpus_file() : a.data;
-    if (!std::filesystem::exists(s.data_path)) throw UsageError("--data: no file '" + s.data_path + "'");
-    if (resumed && !a.eval_only) check_data_size(*resumed, s.data_path);
-    try {
+    if (resumed && !a.eval_only) check_data_sizes(*resumed, *files);
+    try {  // checks every token id against the model's vocabulary (naming the file, the position, the id)
       s.ds = std::make_unique<data::TokenDataset>(
-          s.data_path, data::TokenDatasetOptions{.batch_size = a.batch, .seq_len = a.seq,
-                                                 .val_fraction = a.eval_only ? 0.0 : a.val_fraction, .seed = a.seed,
-                                                 .rank = comm.rank(), .world_size = comm.size()});
+          std::move(*files), data::TokenDatasetOptions{.batch_size = a.batch, .seq_len = a.seq,
+                                                       .val_fraction = a.eval_only ? 0.0 : a.val_fraction,
+                                                       .seed = a.seed, .rank = comm.rank(), .world_size = comm.size(),
+                                                       .vocab_size = cfg.vocab_size});
     } catch (const Error& e) {
       throw UsageError(e.what());
     }
@@ -317,16 +395,19 @@ Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device d
   return s;
 }
 
-// Every rank must read the same data: the same bytes, wherever its copy lives.
-void check_same_data_on_every_rank(const data::DataFingerprint& fp, dist::Communicator& comm) {
+// Every rank must read the same data: the same files' bytes, wherever its copies live.
+void check_same_data_on_every_rank(const data::DataFingerprint& fp, int64_t num_files, dist::Communicator& comm) {
   const auto sizes = comm.all_gather_i64(fp.size);
   const auto sums = comm.all_gather_i64(static_cast<int64_t>(fp.fnv1a));
+  const auto counts = comm.all_gather_i64(num_files);
+  auto read = [&](size_t r) {
+    return detail::str(sizes[r], " bytes (", counts[r], counts[r] == 1 ? " file" : " files", ", fnv1a ",
+                       io::hex64(static_cast<uint64_t>(sums[r])), ")");
+  };
   for (size_t r = 1; r < sizes.size(); ++r)
-    if (sizes[r] != sizes[0] || sums[r] != sums[0])
-      throw UsageError(detail::str("ranks disagree on the data: rank 0 read ", sizes[0], " bytes (fnv1a ",
-                                   io::hex64(static_cast<uint64_t>(sums[0])), "), rank ", r, " read ", sizes[r],
-                                   " bytes (fnv1a ", io::hex64(static_cast<uint64_t>(sums[r])),
-                                   ") from --data; every rank must train on the same file"));
+    if (sizes[r] != sizes[0] || sums[r] != sums[0] || counts[r] != counts[0])
+      throw UsageError(detail::str("ranks disagree on the data: rank 0 read ", read(0), ", rank ", r, " read ", read(r),
+                                   " from --data; every rank must train on the same files"));
 }
 
 // The run's description: on the console (rank 0) and as the metrics log's first line.
@@ -344,7 +425,9 @@ void announce(const Args& a, const Setup& s, const nn::GPT& model, const dist::Z
                     comm.backend() == "nccl" ? "NCCL" : comm.size() > 1 ? "MPI, staged through host memory" : "local"));
   say(detail::str("params ", model.num_parameters(), " | ranks ", comm.size(), " (", comm.backend(), ") | ",
                   dist::stage_name(zero.stage()), " | ", dtype_name(s.dtype), " | data ", s.data_path, " (",
-                  s.ds->num_tokens(), " tokens) | batch ", a.batch, " x ", a.seq, " x accum ", a.grad_accum,
+                  s.ds->num_tokens(), " tokens, ", data::format_name(s.ds->files().format()),
+                  s.ds->files().files().size() > 1 ? detail::str(", ", s.ds->files().files().size(), " files") : "",
+                  ") | batch ", a.batch, " x ", a.seq, " x accum ", a.grad_accum,
                   " | steps ", a.steps));
   if (s.resumed) say(detail::str("resumed from ", a.resume, " at step ", first_step));
   s.metrics->write({{"type", "config"},
@@ -352,6 +435,8 @@ void announce(const Args& a, const Setup& s, const nn::GPT& model, const dist::Z
                     {"params_padded", zero.num_padded()},
                     {"model", json::parse(io::gpt_config_to_json(s.cfg))},
                     {"data", s.data_path},
+                    {"data_format", data::format_name(s.ds->files().format())},
+                    {"data_files", s.ds->files().files().size()},
                     {"world_size", comm.size()},
                     {"rank", comm.rank()},
                     {"zero_stage", a.zero_stage},
@@ -378,9 +463,10 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   DeviceInfo gpu = dev.is_cuda() ? device_info(dev) : DeviceInfo{};
   if (a.peak_tflops > 0) gpu.peak_bf16_tflops = a.peak_tflops;
   Setup s = configure(a, app, comm, dev);
-  const data::DataFingerprint data_fp = s.ds->fingerprint();
-  check_same_data_on_every_rank(data_fp, comm);
   data::TokenDataset& ds = *s.ds;
+  const std::vector<data::DataFingerprint> file_fps = ds.files().file_fingerprints();
+  const data::DataFingerprint data_fp = data::combine(file_fps);
+  check_same_data_on_every_rank(data_fp, static_cast<int64_t>(file_fps.size()), comm);
   io::MetricsLog& metrics = *s.metrics;
 
   // ---- the model, placed by the partition manager ----
@@ -431,14 +517,9 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
 
   // ---- a checkpoint's states: weights and Adam moments; the step fixes data and dropout ----
   int64_t first_step = 0;
-  const std::string fingerprint = data_fp.to_string();
   if (s.resumed) {
     examples::agree_on_usage(comm, [&] {  // each rank's copy of the checkpoint: agreed
-      const auto saved_fp = s.resumed->metadata.find("data_fingerprint");
-      if (!a.eval_only && (saved_fp == s.resumed->metadata.end() || saved_fp->second != fingerprint))
-        throw UsageError("--resume: the data file '" + s.data_path + "' changed since the checkpoint (saved " +
-                         (saved_fp == s.resumed->metadata.end() ? std::string("nothing") : saved_fp->second) +
-                         ", now " + fingerprint + "); resume on the data the run was trained on");
+      if (!a.eval_only) check_data_unchanged(*s.resumed, ds.files(), file_fps);
     });
     try {  // collective, and agreed: a bad checkpoint on any rank fails every rank with its message
       *s.resumed = dist::load_sharded(a.resume, zero, opt);
@@ -467,7 +548,8 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     st.step = step;
     st.data_position = ds.position();
     st.metadata["config"] = io::gpt_config_to_json(s.cfg);
-    st.metadata["data_fingerprint"] = fingerprint;
+    st.metadata["data_fingerprint"] = data_fp.to_string();
+    st.metadata["data"] = data_record(ds.files(), file_fps);
     st.metadata["seed"] = std::to_string(a.seed);
     dist::save_sharded(a.save, zero, opt, st);
   };
@@ -552,16 +634,19 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
 
 int main(int argc, char** argv) {
   Args a;
-  CLI::App app{"train_gpt: train a GPT-2-style model on a text file (byte-level) with zerodl"};
+  CLI::App app{"train_gpt: train a GPT-2-style model on a text file (byte-level) or llm.c token shards with zerodl"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: last wins
-  app.add_option("--data", a.data, "text file to train on (default: the embedded generated corpus)");
+  app.add_option("--data", a.data,
+                 "text file to train on, or llm.c GPT-2 token shards: FILE.bin or a quoted pattern "
+                 "'DIR/*_train_*.bin' read in name order (default: the embedded generated corpus)");
   app.add_option("--steps", a.steps, "total optimizer steps")->check(CLI::PositiveNumber);
   app.add_option("--batch", a.batch, "sequences per step (global batch B)")->check(CLI::PositiveNumber);
   app.add_option("--seq", a.seq, "sequence length T (also the context length of a new model)")->check(CLI::PositiveNumber);
   app.add_option("--n-layer", a.n_layer, "transformer blocks L")->check(CLI::PositiveNumber);
   app.add_option("--n-head", a.n_head, "attention heads")->check(CLI::PositiveNumber);
   app.add_option("--n-embd", a.n_embd, "channels C")->check(CLI::PositiveNumber);
-  app.add_option("--vocab-multiple", a.vocab_multiple, "pad the vocabulary to a multiple of this (GPT-2: 128)")
+  app.add_option("--vocab-multiple", a.vocab_multiple,
+                 "pad a new model's vocabulary to a multiple of this (default 1; 128 with llm.c shards, as GPT-2)")
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", a.lr, "peak learning rate")->check(CLI::NonNegativeNumber);
   app.add_option("--min-lr-ratio", a.min_lr_ratio, "final lr as a fraction of the peak")->check(CLI::Range(0.0, 1.0));
@@ -583,8 +668,9 @@ int main(int argc, char** argv) {
   app.add_option("--resume", a.resume, "continue from this checkpoint directory (same trajectory)");
   app.add_option("--init-from", a.init_from, "initialize from a GPT-2-layout safetensors file");
   app.add_flag("--eval-only", a.eval_only, "print the loss on the data read in order from its start, then exit");
-  app.add_option("--sample", a.sample, "generate N bytes at the end")->check(CLI::NonNegativeNumber);
-  app.add_option("--prompt", a.prompt, "text to start sampling from");
+  app.add_option("--sample", a.sample, "generate N bytes at the end (byte vocabulary only)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--prompt", a.prompt, "text to start sampling from (byte vocabulary only)");
   app.add_option("--temperature", a.temperature, "sampling temperature")->check(CLI::PositiveNumber);
   app.add_option("--top-k", a.top_k, "sample among the k most likely bytes (0: all)")->check(CLI::NonNegativeNumber);
   app.add_option("--metrics", a.metrics, "append a JSON line per step (and config, eval lines) to this file");
@@ -624,8 +710,9 @@ int main(int argc, char** argv) {
                  "the GPU's peak bf16 TFLOP/s for MFU (default: from its name, e.g. H100 989, A100 312)")
       ->check(CLI::PositiveNumber);
   app.add_option("--vocab-size", a.vocab_size,
-                 "model vocabulary of a new model (default 256, the bytes; larger, e.g. GPT-2's 50257, to measure "
-                 "speed at that size: the data stays bytes)")
+                 "model vocabulary of a new model (default: the data's, 256 for bytes, GPT-2's 50257 for llm.c "
+                 "shards; it must exceed every token id; larger than 256 on text, to measure speed at that size: the "
+                 "data stay bytes)")
       ->check(CLI::Range(int64_t{256}, int64_t{1} << 24));
   auto init_options = [&]() -> dist::InitOptions {
     if (a.device == "cpu") {

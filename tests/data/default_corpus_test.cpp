@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/hash.h"
 #include "data/token_dataset.h"
 #include "temp_dir.h"
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "core/hash.h"
 #include "core/rng.h"
 #include "temp_dir.h"
 #include "error_of.h"

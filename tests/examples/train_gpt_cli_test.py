@@ -1,13 +1,15 @@
 """train_gpt end to end: exact resume, eval-only, metrics, learning, the README's export
 workflow (consolidate_checkpoint, --init-from), bf16, gradient accumulation, the memory cap,
-and bad input (exit 2).
+llm.c token shards (GPT-2 vocabulary, glob, resume, their errors), and bad input (exit 2).
 
 Run by ctest: python3 train_gpt_cli_test.py PATH/TO/train_gpt
-Uses a small generated text file in a temporary directory.
+Uses a small generated text file (and tiny llm.c shards) in a temporary directory.
 """
+import glob
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -18,7 +20,7 @@ SMALL = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--seq", "16", "--
          "--eval-every", "0", "--warmup", "2", "--lr", "3e-3"]
 
 
-from mpi_launcher import MPI_ENV, MPIRUN, command
+from mpi_launcher import MPI_ENV, MPIRUN, command, mpmd
 
 
 def run(*args, check=True, ranks=0):
@@ -32,6 +34,22 @@ def run(*args, check=True, ranks=0):
 def losses(path):
     with open(path) as f:
         return {j["step"]: j["loss"] for j in map(json.loads, f) if "loss" in j and "step" in j}
+
+
+def write_llmc_shard(path, tokens, magic=20240520, version=1, declared=None):
+    """An llm.c token shard: 256 little-endian int32 (magic, version, token count), then uint16 tokens."""
+    header = struct.pack("<256i", magic, version, len(tokens) if declared is None else declared, *([0] * 253))
+    with open(path, "wb") as f:
+        f.write(header + struct.pack(f"<{len(tokens)}H", *tokens))
+
+
+# GPT-2-range ids in a repeating pattern (learnable: the loss falls fast), each shard starting
+# with the end-of-text token 50256 as llm.c's do.
+GPT2_PATTERN = [50256, 464, 3797, 3332, 319, 262, 2603, 13, 40000, 50255, 198, 11, 257, 1110]
+
+
+def pattern_tokens(n, shift):
+    return [50256] + [GPT2_PATTERN[(i + shift) % len(GPT2_PATTERN)] for i in range(1, n)]
 
 
 class TrainGptCli(unittest.TestCase):
@@ -276,6 +294,135 @@ class TrainGptCli(unittest.TestCase):
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("changed", p.stderr)
 
+
+    # ---- llm.c token shards ----
+
+    def write_shards(self, n=3, tokens=1500):
+        os.mkdir(self.p("shards"))
+        for k in range(n):
+            write_llmc_shard(self.p(f"shards/tiny_train_{k:06d}.bin"), pattern_tokens(tokens, 5 * k))
+        return self.p("shards/tiny_train_*.bin")
+
+    def test_llmc_shards_train_with_the_gpt2_vocabulary_and_resume_exactly(self):
+        shards = self.write_shards()
+        run("--data", shards, *SMALL, "--steps", "8", "--metrics", self.p("straight.jsonl"))
+        with open(self.p("straight.jsonl")) as f:
+            config = json.loads(f.readline())
+        self.assertEqual((config["model"]["vocab_size"], config["model"]["padded_vocab_size"]), (50257, 50304))
+        self.assertEqual((config["data_format"], config["data_files"]), ("llm.c", 3))
+        straight = losses(self.p("straight.jsonl"))
+        self.assertAlmostEqual(straight[1], 10.83, delta=0.3)  # a fresh model: near ln(50257)
+        self.assertLess(straight[8], straight[1] - 0.5, straight)
+        # Preempted after step 4, then resumed: the same losses, bit for bit.
+        ck = self.p("ck")
+        run("--data", shards, *SMALL, "--steps", "8", "--stop-after", "4", "--save", ck)
+        with open(os.path.join(ck, "layout.json")) as f:
+            record = json.loads(json.load(f)["metadata"]["data"])
+        self.assertEqual(record["format"], "llm.c")
+        self.assertEqual([os.path.basename(f["path"]) for f in record["files"]],
+                         [f"tiny_train_00000{k}.bin" for k in range(3)])
+        self.assertEqual([f["tokens"] for f in record["files"]], [1500] * 3)
+        p = run("--resume", ck, "--data", shards, *SMALL, "--steps", "8", "--metrics", self.p("resumed.jsonl"))
+        self.assertIn("(4500 tokens, llm.c, 3 files)", p.stdout)
+        resumed = losses(self.p("resumed.jsonl"))
+        self.assertEqual(sorted(resumed), [5, 6, 7, 8])
+        for s in range(5, 9):
+            self.assertEqual(straight[s], resumed[s], f"step {s}: {straight[s]} != {resumed[s]}")
+        # --vocab-multiple says otherwise: the vocabulary is padded to it.
+        run("--data", shards, *SMALL, "--steps", "1", "--vocab-multiple", "1", "--metrics", self.p("unpadded.jsonl"))
+        with open(self.p("unpadded.jsonl")) as f:
+            config = json.loads(f.readline())
+        self.assertEqual((config["model"]["vocab_size"], config["model"]["padded_vocab_size"]), (50257, 0))
+
+    def test_llmc_resume_refuses_changed_shards(self):
+        shards = self.write_shards()
+        ck = self.p("ck")
+        run("--data", shards, *SMALL, "--steps", "4", "--stop-after", "2", "--save", ck)
+        second = self.p("shards/tiny_train_000001.bin")
+        with open(second, "rb") as f:
+            original = f.read()
+
+        def refused(needles, what):
+            p = run("--resume", ck, "--data", shards, *SMALL, "--steps", "4", check=False)
+            self.assertEqual(p.returncode, 2, f"{what}: exit {p.returncode}\n{p.stderr}")
+            for needle in needles:
+                self.assertIn(needle, p.stderr, what)
+
+        # One token of the second shard changed (the same size): named by the shard's fingerprint.
+        tokens = pattern_tokens(1500, 5)
+        tokens[700] = 50000
+        write_llmc_shard(second, tokens)
+        refused(["tiny_train_000001.bin", "changed since the checkpoint", "fnv1a"], "one token changed")
+        # A shard more, a shard less: said with both counts.
+        write_llmc_shard(self.p("shards/tiny_train_000003.bin"), pattern_tokens(1500, 0))
+        refused(["reads 4 file(s) now, 3 when the checkpoint was saved"], "a shard more")
+        os.remove(self.p("shards/tiny_train_000003.bin"))
+        os.remove(second)
+        refused(["reads 2 file(s) now, 3"], "a shard less")
+        # Shorter (a consistent shard of fewer tokens): that file, both sizes.
+        write_llmc_shard(second, pattern_tokens(1000, 5))
+        refused(["tiny_train_000001.bin' (file 2 of 3) is shorter", "3024 bytes now, 4024 then"], "a shorter shard")
+        with open(second, "wb") as f:
+            f.write(original)
+        run("--resume", ck, "--data", shards, *SMALL, "--steps", "4")
+
+    def test_llmc_bad_input_exits_2_with_one_clear_message(self):
+        shards = self.write_shards()
+        good = pattern_tokens(400, 0)
+        bad = {}
+        for name, kwargs in [("magic", {"magic": 12345}), ("version", {"version": 2})]:
+            bad[name] = self.p(f"{name}.bin")
+            write_llmc_shard(bad[name], good, **kwargs)
+        bad["truncated"] = self.p("truncated.bin")
+        write_llmc_shard(bad["truncated"], good, declared=500)
+        bad["longer"] = self.p("longer.bin")
+        write_llmc_shard(bad["longer"], good, declared=300)
+        os.mkdir(self.p("mixed"))
+        write_llmc_shard(self.p("mixed/a.bin"), good)
+        with open(self.p("mixed/b.bin"), "w") as f:
+            f.write("some text, not tokens\n" * 50)
+        cases = [
+            (["--data", bad["magic"]], ["magic.bin", "wrong magic", "12345", "20240520"]),
+            (["--data", bad["version"]], ["version.bin", "version 2"]),
+            (["--data", bad["truncated"]], ["truncated.bin", "truncated", "header says 500 tokens"]),
+            (["--data", bad["longer"]], ["longer.bin", "longer than its header says", "300 tokens"]),
+            (["--data", self.p("shards/nothing_*.bin")], ["no file matches the pattern", "nothing_*.bin"]),
+            (["--data", self.p("mixed/*.bin")], ["mix formats", "a.bin", "b.bin"]),
+            (["--data", shards, "--vocab-size", "1000"],
+             ["tiny_train_000000.bin", "token id 50256 at token 0", "vocabulary of 1000 ids", "at least 50257"]),
+            (["--data", shards, "--sample", "20"], ["--sample", "GPT-2 token ids", "no GPT-2 tokenizer"]),
+            (["--data", shards, "--prompt", "hello"], ["--prompt", "no GPT-2 tokenizer"]),
+        ]
+        for args, needles in cases:
+            p = run(*SMALL, "--steps", "2", *args, check=False)
+            self.assertEqual(p.returncode, 2, f"{args}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+            for needle in needles:
+                self.assertIn(needle, p.stderr, f"{args}: {p.stderr}")
+            self.assertLessEqual(len(p.stderr.strip().splitlines()), 2, p.stderr)
+        # A byte model's checkpoint (vocabulary 256) on GPT-2 tokens: the ids do not fit it.
+        run("--data", self.data, *SMALL, "--steps", "1", "--save", self.p("byte_ck"))
+        p = run("--resume", self.p("byte_ck"), "--data", shards, *SMALL, "--eval-only", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("vocabulary of 256 ids", p.stderr)
+
+    @unittest.skipIf(MPIRUN is None, "no mpirun")
+    def test_llmc_ranks_must_read_the_same_shards(self):
+        shards = self.write_shards()
+        run("--data", shards, *SMALL, "--steps", "2", ranks=2)  # the same shards on both ranks: fine
+        os.mkdir(self.p("other"))
+        for k, path in enumerate(sorted(glob.glob(shards))):
+            shutil.copy(path, self.p(f"other/tiny_train_{k:06d}.bin"))
+        tokens = pattern_tokens(1500, 10)
+        tokens[900] = 7
+        write_llmc_shard(self.p("other/tiny_train_000002.bin"), tokens)  # the last shard differs in one token
+        base = [*SMALL, "--steps", "2"]
+        for other, needle in [(self.p("other/tiny_train_*.bin"), "rank 1 read 12072 bytes (3 files"),
+                              (self.p("shards/tiny_train_00000[01].bin"), "rank 1 read 8048 bytes (2 files")]:
+            p = subprocess.run(mpmd(TRAIN_GPT, ["--data", shards, *base], ["--data", other, *base]),
+                               capture_output=True, text=True, timeout=120, env=MPI_ENV)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("ranks disagree on the data: rank 0 read 12072 bytes (3 files", p.stderr)
+            self.assertIn(needle, p.stderr)
 
     @unittest.skipIf(MPIRUN is None, "no mpirun")
     def test_zero_stages_under_mpirun_report_memory_and_traffic(self):
