@@ -14,8 +14,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 bin="$build/bench/cpu_ops_bench"
 [[ -x "$bin" ]] || { echo "error: $bin not found; build it with: ninja -C $build cpu_ops_bench" >&2; exit 1; }
 
-# Both sides get the same thread count (torch 1.13 on Debian uses OpenBLAS for GEMM).
-export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
+# Both sides get the same thread count (PyPI's torch uses MKL for GEMM, Debian's 1.13 OpenBLAS).
+export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads MKL_NUM_THREADS=$threads
+source "$here/torch_peer.sh"
+echo "# CPU: $cpu_desc"
 
 # One size at a time, zerodl then torch, so both see the same machine load (a shared box
 # drifts over a minute; interleaving keeps the ratio honest even when absolute numbers move).
@@ -27,7 +29,7 @@ trap 'rm -f "$results"' EXIT
 for ((round = 0; round < rounds; round++)); do
   for size in ${sizes//,/ }; do
     "$bin" "$threads" "$size" >>"$results"
-    /usr/bin/python3 "$here/torch_cpu_ops.py" "$threads" "$size" >>"$results"
+    [ -z "$torch_py" ] || "$torch_py" "$here/torch_cpu_ops.py" "$threads" "$size" >>"$results"
   done
 done
 grep '^#' "$results" | sort -u

@@ -6,6 +6,8 @@
 # Model: L=4, H=4, C=128, T=64, global batch 8, f32; 12 timed steps after 3 warm-up steps.
 set -euo pipefail
 source "$(dirname "$0")/zero_bench_setup.sh" "$@"
+source "$root/bench/torch_peer.sh"
+echo "CPU: $cpu_desc; peer: ${torch_desc:-none}"
 
 summarize() {  # metrics file -> "median_ms peak_bytes tokens_per_s"
   python3 - "$1" "$warm" <<'PY'
@@ -33,8 +35,8 @@ for n in "${ranks[@]}"; do
       printf "%-6s %-6s %10.1f %12s %14.2f %12.3f %12.3f %12.3f\n", n, "zero" s, m, t, pk/1048576, p/1048576, g/1048576, o/1048576 }'
   done
   awk -v a="${ms[3]}" -v b="${ms[0]}" -v n="$n" 'BEGIN { printf "N=%s: ZeRO-3 / DDP step time = %.2f\n", n, a / b }'
-  if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-    (cd "$root/bench" && /usr/bin/python3 torch_ddp.py --ranks "$n" --threads "$threads" --layers 4 --heads 4 \
+  if [ -n "$torch_py" ]; then
+    (cd "$root/bench" && "$torch_py" torch_ddp.py --ranks "$n" --threads "$threads" --layers 4 --heads 4 \
       --embd 128 --seq 64 --batch 8 --steps $((steps - warm)) --warmup "$warm") || echo "(torch peer failed)"
   fi
 done

@@ -1,9 +1,11 @@
 """PyTorch twin of bench/cpu_ops_bench.cpp: the same ops, sizes and flop counts.
 
 Prints one line per case:  RESULT torch <op> <size> <gflops> <median_ms>
-Run with the Debian torch (1.13, OpenBLAS):  /usr/bin/python3 bench/torch_cpu_ops.py [threads] [sizes]
-torch 1.13 has no scaled_dot_product_attention, so attention is the usual manual
-softmax(q k^T / sqrt(HS) + causal mask) v, with the mask built once outside the timing.
+Run with the torch bench/torch_peer.sh picks (PyPI's 2.x in the bench venv, else Debian's 1.13):
+  python bench/torch_cpu_ops.py [threads] [sizes]
+Attention is the fused scaled_dot_product_attention(is_causal=True) where torch has it; torch
+1.13 has not, so there it is the usual softmax(q k^T / sqrt(HS) + causal mask) v, with the mask
+built once outside the timing.
 """
 import math
 import sys
@@ -34,6 +36,8 @@ def report(op, size, flops, ms):
 
 
 def causal_attention(q, k, v, mask):
+    if hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
     att.masked_fill_(mask, float("-inf"))
     return torch.softmax(att, dim=-1) @ v
