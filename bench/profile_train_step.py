@@ -95,33 +95,18 @@ def zerodl_shares(perf_data):
 
 
 def torch_step(argv):
+    """ms per step by family, from torch.profiler over 5 steps of bench/torch_train_step.py's step."""
     import torch
     from torch.profiler import ProfilerActivity, profile
-    sys.argv = ["torch_train_step.py"] + argv
-    import torch_train_step as t
-    import argparse
-    p = argparse.ArgumentParser()
-    for k, v in dict(layers=4, heads=4, embd=256, seq=128, batch=8, vocab=256, threads=2).items():
-        p.add_argument("--" + k, type=int, default=v)
-    a, _ = p.parse_known_args(argv)
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(1)
-    model = t.GPT(a.vocab, a.seq, a.layers, a.heads, a.embd)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), fused=True)
 
-    def step():
-        ids = torch.randint(0, a.vocab, (a.batch, a.seq + 1))
-        loss = model(ids[:, :-1].contiguous(), ids[:, 1:].contiguous())
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    from torch_train_step import make_step, parse_args
+    _, batch, step = make_step(parse_args(argv))
     for _ in range(3):
-        step()
+        step(*batch())
     steps = 5
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
-            step()
+            step(*batch())
     shares = {}
     for e in prof.key_averages():
         fam = family(e.key, 2)

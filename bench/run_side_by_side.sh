@@ -5,25 +5,20 @@
 # ZeroRedundancyOptimizer, FSDP2 fully_shard(reshard_after_forward=False / True) on gloo.
 # Both start from one initial checkpoint exported by zerodl and read the same windows of the
 # same text in the same order, so their losses agree to float rounding, step by step.
-#   bash bench/run_side_by_side.sh [BUILD_DIR] [N...]       (default: build, N = 2)
-# Model: the walkthrough's GPT (L=4, H=4, C=128, T=64, vocabulary 256, global batch 8, f32), 30
-# steps (lr 3e-3, warm-up 5, cosine), step times as medians after 3 steps. Without the venv the
-# PyTorch rows are skipped, saying so.
-set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-build="${1:-$root/build}"
-shift || true
-if [ $# -gt 0 ]; then ranks=("$@"); else ranks=(2); fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-steps=30 warm=3
-train=(--n-layer 4 --n-head 4 --n-embd 128 --seq 64 --batch 8 --lr 3e-3 --warmup 5 --steps "$steps" --eval-every 0)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-threads=$(nproc)
-py="${ZDL_TORCH_VENV:-$root/.venv-torch}/bin/python"
+#   bash bench/run_side_by_side.sh [BUILD_DIR] [N...]       (default: build, N = 2 4)
+# Model: the walkthrough's GPT (zero_bench_setup.sh: L=4, H=4, C=128, T=64, vocabulary 256,
+# global batch 8, f32), 30 steps (lr 3e-3, warm-up 5, cosine), step times as medians after 3
+# steps. Without a PyTorch that has FSDP2 the PyTorch rows are skipped, saying so.
+source "$(dirname "$0")/zero_bench_setup.sh" "$@"
+source "$root/bench/torch_peer.sh"
+steps=30
+train=("${model[@]}" --lr 3e-3 --warmup 5 --steps "$steps" --eval-every 0)
+py=""  # a torch with FSDP2's fully_shard (PyPI's 2.x; Debian's 1.13 has none)
+if [ -n "$torch_py" ] && "$torch_py" -c "from torch.distributed.fsdp import fully_shard" 2>/dev/null; then
+  py="$torch_py"
+fi
 
-echo "CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $threads cores; $(grep -o -w -E 'avx2|avx512f|avx512_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+echo "CPU: $cpu_desc; peer: ${py:+$torch_desc}"
 # The shared start: one step at learning rate 0 changes nothing (AdamW's update, decay
 # included, is multiplied by lr), so the checkpoint holds the initial weights.
 "$build/examples/train_gpt" "${train[@]}" --steps 1 --lr 0 --save "$tmp/init_ck" >/dev/null
@@ -36,12 +31,12 @@ for n in "${ranks[@]}"; do
     OMP_NUM_THREADS=$per mpirun -np "$n" "$build/examples/train_gpt" "${train[@]}" --init-from "$tmp/init" \
       --data "$data" --zero-stage "$stage" --metrics "$tmp/z-$n-$stage.jsonl" >/dev/null
   done
-  if [ -x "$py" ] && "$py" -c "import torch" 2>/dev/null; then
+  if [ -n "$py" ]; then
     (cd "$root/bench" && "$py" torch_side_by_side.py --init "$tmp/init" --data "$data" --ranks "$n" \
       --threads "$threads" --steps "$steps" --warm "$warm" --warmup 5 --lr 3e-3) >"$tmp/t-$n.jsonl"
     torch_version=$("$py" -c "import torch; print(torch.__version__)")
   else
-    echo "(no PyTorch venv at ${py%/bin/python}: bash bench/setup_torch_venv.sh makes one; PyTorch rows skipped)"
+    echo "(no PyTorch with FSDP2: bash bench/setup_torch_venv.sh installs one; PyTorch rows skipped)"
     : >"$tmp/t-$n.jsonl"
     torch_version=""
   fi

@@ -20,7 +20,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
-from torch_train_step import GPT
+from torch_train_step import GPT, decay_groups
 
 MODES = ("ddp", "zero1", "fsdp2_keep", "fsdp2_reshard")
 
@@ -98,18 +98,15 @@ def worker(rank, a, mode, port, out):
     model = GPT(cfg["vocab_size"], cfg["n_positions"], cfg["n_layer"], cfg["n_head"], cfg["n_embd"])
     load_zerodl_export(model, a.init)
 
-    # optim/param_groups.h: weight decay on matrices only
-    groups_of = lambda m: [{"params": [p for p in m.parameters() if p.dim() >= 2], "weight_decay": a.weight_decay},
-                           {"params": [p for p in m.parameters() if p.dim() < 2], "weight_decay": 0.0}]
     adam = dict(lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
     if mode in ("ddp", "zero1"):
         from torch.nn.parallel import DistributedDataParallel as DDP
         net = DDP(model)
         if mode == "zero1":
             from torch.distributed.optim import ZeroRedundancyOptimizer
-            opt = ZeroRedundancyOptimizer(groups_of(model), optimizer_class=torch.optim.AdamW, **adam)
+            opt = ZeroRedundancyOptimizer(decay_groups(model, a.weight_decay), optimizer_class=torch.optim.AdamW, **adam)
         else:
-            opt = torch.optim.AdamW(groups_of(model), **adam)
+            opt = torch.optim.AdamW(decay_groups(model, a.weight_decay), **adam)
     else:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -119,7 +116,7 @@ def worker(rank, a, mode, port, out):
             fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard)  # the root: embeddings, ln_f
         net = model
-        opt = torch.optim.AdamW(groups_of(model), **adam)
+        opt = torch.optim.AdamW(decay_groups(model, a.weight_decay), **adam)
 
     tokens = np.memmap(a.data, dtype=np.uint8, mode="r")
     train_size = len(tokens) - int(math.floor(len(tokens) * a.val_fraction))

@@ -51,33 +51,53 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
-def main():
+def decay_groups(model, weight_decay):
+    """zerodl's parameter groups (optim/param_groups.h): weight decay on matrices only."""
+    return [{"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
+
+
+def parse_args(argv=None):
     p = argparse.ArgumentParser()
     for k, v in dict(layers=4, heads=4, embd=256, seq=128, batch=8, vocab=256, steps=20, warmup=3, threads=2).items():
         p.add_argument("--" + k, type=int, default=v)
     p.add_argument("--mode", choices=("eager", "compile"), default="eager")
-    a = p.parse_args()
+    return p.parse_args(argv)
+
+
+def make_step(a):
+    """The benchmark's model and its training step: (model, batch() -> (x, y), step(x, y) -> loss)."""
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
     model = GPT(a.vocab, a.seq, a.layers, a.heads, a.embd)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
     fused = {"fused": True} if "fused" in torch.optim.AdamW.__init__.__code__.co_varnames else {}
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, **fused)
-    step_fn = torch.compile(model) if a.mode == "compile" else model
+    opt = torch.optim.AdamW(decay_groups(model, 0.1), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, **fused)
+    forward = torch.compile(model) if a.mode == "compile" else model
+
+    def batch():
+        ids = torch.randint(0, a.vocab, (a.batch, a.seq + 1))
+        return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+
+    def step(x, y):
+        loss = forward(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    return model, batch, step
+
+
+def main():
+    a = parse_args()
+    model, batch, step = make_step(a)
     if a.mode == "compile":
         a.warmup = max(a.warmup, 3)  # the first calls compile
     times = []
     for s in range(a.warmup + a.steps):
-        ids = torch.randint(0, a.vocab, (a.batch, a.seq + 1))
-        x, y = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+        x, y = batch()
         t0 = time.perf_counter()
-        loss = step_fn(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        lv = loss.item()
+        lv = step(x, y).item()
         t1 = time.perf_counter()
         if s >= a.warmup:
             times.append((t1 - t0) * 1000)

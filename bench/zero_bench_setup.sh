@@ -1,4 +1,5 @@
-# Shared setup of the multi-rank CPU benchmarks (run_zero_stages.sh, run_exact_vs_native.sh),
+# Shared setup of the multi-rank CPU benchmarks (run_zero_stages.sh, run_exact_vs_native.sh,
+# run_side_by_side.sh),
 # sourced with the script's arguments:  source "$(dirname "$0")/zero_bench_setup.sh" "$@"
 # Sets root, build (first argument, default build/), ranks (the rest, default 2 4), the MPI
 # environment, the model (L=4, H=4, C=128, T=64, batch 8, f32), steps and warm-up steps, a
