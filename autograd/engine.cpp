@@ -1,5 +1,6 @@
 #include "autograd/engine.h"
 
+#include <algorithm>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -61,39 +62,13 @@ TensorList AccumulateGrad::apply(TensorList grad_outputs) {
   return {};
 }
 
-void backward(const TensorList& roots, const TensorList& grads, bool retain_graph) {
-  ZDL_CHECK(grads.empty() || grads.size() == roots.size(), "backward: ", roots.size(), " roots but ", grads.size(),
-            " gradients");
-  NoGradGuard no_grad;
-  MemoryScope scope(MemoryCategory::Activation);
-  ZDL_CHECK(!t_backward.running, "backward called from inside a backward pass (reentrant backward is not supported)");
-  t_backward.running = true;
-  t_backward.callbacks.clear();
-  struct Reset {
-    ~Reset() {
-      t_backward.running = false;
-      t_backward.callbacks.clear();
-    }
-  } reset;
+namespace {
 
-  // Root gradients, routed to the roots' gradient edges.
-  std::vector<std::pair<Edge, Tensor>> seeds;
-  for (size_t i = 0; i < roots.size(); ++i) {
-    const Tensor& r = roots[i];
-    check_defined(r, "backward", "root");
-    ZDL_CHECK(r.requires_grad(), "backward: tensor of shape=", shape_str(r.shape()),
-              " does not require grad (no input of its computation has requires_grad=true)");
-    Tensor g = grads.empty() ? Tensor() : grads[i];
-    if (!g.defined()) {
-      ZDL_CHECK(r.numel() == 1, "backward: a gradient can be implied only for a one-element output, got shape=",
-                shape_str(r.shape()), "; pass a gradient of that shape");
-      g = Tensor::ones(r.shape(), r.dtype(), r.device());
-    }
-    ZDL_CHECK(g.shape() == r.shape(), "backward: gradient shape=", shape_str(g.shape()), " != output shape=",
-              shape_str(r.shape()));
-    seeds.push_back({gradient_edge(r), g});
-  }
+using Seeds = std::vector<std::pair<Edge, Tensor>>;
 
+// Runs every node reachable from the seeds, newest ready node first ([Note: ordering]). The
+// nodes in `capture` are not run: the gradient summed for each is returned instead, in order.
+TensorList run_graph(const Seeds& seeds, bool retain_graph, const std::vector<Node*>& capture) {
   // Count, for every reachable node, how many edges lead into it.
   std::unordered_map<Node*, int> deps;
   std::vector<Node*> stack;
@@ -126,6 +101,7 @@ void backward(const TensorList& roots, const TensorList& grads, bool retain_grap
   for (auto& s : seeds)
     if (s.first.node && deps[s.first.node.get()] == 0) ready.push(s.first.node.get());
   std::unordered_set<Node*> queued;
+  TensorList captured(capture.size());
 
   while (!ready.empty()) {
     Node* n = ready.top();
@@ -134,6 +110,11 @@ void backward(const TensorList& roots, const TensorList& grads, bool retain_grap
     TensorList in = std::move(buffers[n]);
     buffers.erase(n);
     in.resize(n->num_outputs);
+    if (auto it = std::find(capture.begin(), capture.end(), n); it != capture.end()) {
+      captured[static_cast<size_t>(it - capture.begin())] = in[0];
+      keep_alive.erase(n);
+      continue;
+    }
     for (uint32_t i = 0; i < in.size(); ++i) {
       check_grad_matches(*n, i, in[i]);
       if (i < n->pre_hooks.size())
@@ -158,10 +139,64 @@ void backward(const TensorList& roots, const TensorList& grads, bool retain_grap
     }
     keep_alive.erase(n);
   }
+  return captured;
+}
+
+// The root gradients, routed to the roots' gradient edges.
+Seeds seeds_of(const TensorList& roots, const TensorList& grads) {
+  ZDL_CHECK(grads.empty() || grads.size() == roots.size(), "backward: ", roots.size(), " roots but ", grads.size(),
+            " gradients");
+  Seeds seeds;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& r = roots[i];
+    check_defined(r, "backward", "root");
+    ZDL_CHECK(r.requires_grad(), "backward: tensor of shape=", shape_str(r.shape()),
+              " does not require grad (no input of its computation has requires_grad=true)");
+    Tensor g = grads.empty() ? Tensor() : grads[i];
+    if (!g.defined()) {
+      ZDL_CHECK(r.numel() == 1, "backward: a gradient can be implied only for a one-element output, got shape=",
+                shape_str(r.shape()), "; pass a gradient of that shape");
+      g = Tensor::ones(r.shape(), r.dtype(), r.device());
+    }
+    ZDL_CHECK(g.shape() == r.shape(), "backward: gradient shape=", shape_str(g.shape()), " != output shape=",
+              shape_str(r.shape()));
+    seeds.push_back({gradient_edge(r), g});
+  }
+  return seeds;
+}
+
+}  // namespace
+
+void backward(const TensorList& roots, const TensorList& grads, bool retain_graph) {
+  NoGradGuard no_grad;
+  MemoryScope scope(MemoryCategory::Activation);
+  ZDL_CHECK(!t_backward.running, "backward called from inside a backward pass (reentrant backward is not supported)");
+  t_backward.running = true;
+  t_backward.callbacks.clear();
+  struct Reset {
+    ~Reset() {
+      t_backward.running = false;
+      t_backward.callbacks.clear();
+    }
+  } reset;
+  run_graph(seeds_of(roots, grads), retain_graph, {});
   for (size_t i = 0; i < t_backward.callbacks.size(); ++i) {
     auto cb = std::move(t_backward.callbacks[i]);
     cb();
   }
+}
+
+TensorList backward_within(const TensorList& roots, const TensorList& grads, const TensorList& inputs) {
+  ZDL_CHECK(t_backward.running, "backward_within outside a backward pass");
+  NoGradGuard no_grad;
+  std::vector<Node*> capture;
+  std::vector<std::shared_ptr<Node>> owners;  // the inputs' gradient sinks, alive while the graph runs
+  for (const Tensor& x : inputs) {
+    ZDL_CHECK(x.is_leaf() && x.requires_grad(), "backward_within: every input must be a leaf that requires grad");
+    owners.push_back(gradient_edge(x).node);
+    capture.push_back(owners.back().get());
+  }
+  return run_graph(seeds_of(roots, grads), /*retain_graph=*/false, capture);
 }
 
 }  // namespace zdl::autograd

@@ -14,6 +14,13 @@ namespace zdl::autograd {
 // grads[i] is the gradient for roots[i]; undefined means ones (allowed only for one-element roots).
 void backward(const TensorList& roots, const TensorList& grads, bool retain_graph);
 
+// Inside a running backward pass (from a node's apply): runs the graph below `roots`, seeded
+// with `grads` as backward() does, and returns the gradients that reach `inputs` (leaves that
+// require grad, whose own .grad is left alone) instead of accumulating them. Other leaves
+// accumulate as usual, with their hooks. Activation checkpointing (nn/activation_checkpoint.h)
+// differentiates a recomputed module with it.
+TensorList backward_within(const TensorList& roots, const TensorList& grads, const TensorList& inputs);
+
 // Queues f to run once the current backward pass has run every node (FIFO; callbacks may
 // queue more). Only valid while a backward pass runs on this thread (e.g. from a hook).
 void queue_callback(std::function<void()> f);

@@ -19,4 +19,17 @@ class NoGradGuard {
   bool prev_;
 };
 
+// Turns recording on while alive, also inside a NoGradGuard (activation checkpointing
+// recomputes a forward with a graph from inside the backward pass, which records none).
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
 }  // namespace zdl

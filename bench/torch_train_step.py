@@ -3,7 +3,9 @@
 Tied LM head, pre-LN blocks, tanh-GELU, causal attention (SDPA when available), AdamW with
 decay on matrices only (fused where this torch has it). --mode eager runs it as written;
 --mode compile runs the model's forward and backward through torch.compile (the optimizer step
-stays fused AdamW). Prints one line in the same format as the C++ benchmark.
+stays fused AdamW). --checkpoint K recomputes blocks 0, K, 2K, ... in the backward
+(torch.utils.checkpoint, non-reentrant), as train_step_bench --checkpoint K does. Prints one line
+in the same format as the C++ benchmark.
 """
 import argparse
 import math
@@ -11,6 +13,7 @@ import time
 
 import torch
 import torch.nn as nn
+import torch.utils.checkpoint
 import torch.nn.functional as F
 
 
@@ -37,16 +40,20 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, V, T, L, H, C):
+    def __init__(self, V, T, L, H, C, checkpoint=0):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
         self.h = nn.ModuleList(Block(C, H) for _ in range(L))
         self.ln_f = nn.LayerNorm(C)
+        self.checkpoint = checkpoint  # recompute blocks 0, k, 2k, ... in the backward (0: off)
 
     def forward(self, idx, targets):
         x = self.wte(idx) + self.wpe(torch.arange(idx.size(1)))
-        for b in self.h:
-            x = b(x)
+        for i, b in enumerate(self.h):
+            if self.checkpoint and i % self.checkpoint == 0:
+                x = torch.utils.checkpoint.checkpoint(b, x, use_reentrant=False)
+            else:
+                x = b(x)
         logits = self.ln_f(x) @ self.wte.weight.t()
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
@@ -59,7 +66,8 @@ def decay_groups(model, weight_decay):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser()
-    for k, v in dict(layers=4, heads=4, embd=256, seq=128, batch=8, vocab=256, steps=20, warmup=3, threads=2).items():
+    for k, v in dict(layers=4, heads=4, embd=256, seq=128, batch=8, vocab=256, steps=20, warmup=3, threads=2,
+                     checkpoint=0).items():
         p.add_argument("--" + k, type=int, default=v)
     p.add_argument("--mode", choices=("eager", "compile"), default="eager")
     return p.parse_args(argv)
@@ -69,7 +77,7 @@ def make_step(a):
     """The benchmark's model and its training step: (model, batch() -> (x, y), step(x, y) -> loss)."""
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
-    model = GPT(a.vocab, a.seq, a.layers, a.heads, a.embd)
+    model = GPT(a.vocab, a.seq, a.layers, a.heads, a.embd, a.checkpoint)
     fused = {"fused": True} if "fused" in torch.optim.AdamW.__init__.__code__.co_varnames else {}
     opt = torch.optim.AdamW(decay_groups(model, 0.1), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, **fused)
     forward = torch.compile(model) if a.mode == "compile" else model

@@ -2,7 +2,10 @@
 // random tokens, f32. Prints one machine-readable line; bench/run_train_step.sh puts it next
 // to the same model in PyTorch (bench/torch_train_step.py) measured in the same run.
 //
-//   train_step_bench [--layers 4 --heads 4 --embd 256 --seq 128 --batch 8 --vocab 256 --steps 20 --warmup 3]
+//   train_step_bench [--layers 4 --heads 4 --embd 256 --seq 128 --batch 8 --vocab 256 --steps 20 --warmup 3
+//                     --checkpoint K]
+// --checkpoint K: activation checkpointing of blocks 0, K, 2K, ... (0: off); the line then also
+// gives the step's activation peak (bytes, from the memory ledger).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -11,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/activation_checkpoint.h"
 #include "nn/gpt.h"
 #include "nn/parameter_factory.h"
 #include "optim/optimizer.h"
@@ -19,7 +23,7 @@
 using namespace zdl;
 
 int main(int argc, char** argv) {
-  int64_t L = 4, H = 4, C = 256, T = 128, B = 8, V = 256, steps = 20, warmup = 3;
+  int64_t L = 4, H = 4, C = 256, T = 128, B = 8, V = 256, steps = 20, warmup = 3, checkpoint = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     int64_t v = std::atoll(argv[i + 1]);
@@ -31,6 +35,7 @@ int main(int argc, char** argv) {
     else if (k == "--vocab") V = v;
     else if (k == "--steps") steps = v;
     else if (k == "--warmup") warmup = v;
+    else if (k == "--checkpoint") checkpoint = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
@@ -42,12 +47,16 @@ int main(int argc, char** argv) {
     nn::InitContext ctx(1);
     model = std::make_shared<nn::GPT>(cfg);
   }
+  nn::checkpoint_every(model->h, checkpoint);
   optim::AdamW opt(optim::decay_groups(*model, 0.1), {.lr = 3e-4});
+  int64_t activation_peak = 0;
   std::vector<double> ms;
   double loss = 0;
   for (int64_t s = 0; s < warmup + steps; ++s) {
     Tensor ids = Tensor::rand({B, T + 1}, 100 + s, DType::F32, Device::cpu(), 0, 0, V).to(DType::I64);
     Tensor x = contiguous(slice(ids, 1, 0, T)), y = contiguous(slice(ids, 1, 1, T + 1));
+    const int64_t act0 = memory_ledger().stats(Device::cpu()).current_of(MemoryCategory::Activation);
+    memory_ledger().reset_peaks(Device::cpu());
     auto t0 = std::chrono::steady_clock::now();
     Tensor l = model->loss(x, y);
     l.backward();
@@ -56,10 +65,12 @@ int main(int argc, char** argv) {
     loss = l.item();
     auto t1 = std::chrono::steady_clock::now();
     if (s >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    activation_peak = memory_ledger().stats(Device::cpu()).peak_of(MemoryCategory::Activation) - act0;
   }
   std::sort(ms.begin(), ms.end());
   double med = ms[ms.size() / 2];
-  std::printf("zerodl params=%lld step_ms=%.2f tokens_per_s=%.0f loss=%.4f\n",
-              static_cast<long long>(model->num_parameters()), med, B * T / (med / 1000.0), loss);
+  std::printf("zerodl params=%lld step_ms=%.2f tokens_per_s=%.0f loss=%.17g activation_peak=%lld\n",
+              static_cast<long long>(model->num_parameters()), med, B * T / (med / 1000.0), loss,
+              static_cast<long long>(activation_peak));
   return 0;
 }

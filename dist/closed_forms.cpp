@@ -38,4 +38,9 @@ std::vector<ExpectedTraffic> traffic_closed_form(ZeroStage stage, int64_t P, int
   return w;
 }
 
+BlockActivations block_activation_bytes(int64_t batch, int64_t seq, int64_t n_embd, int64_t n_head, int64_t s) {
+  const int64_t tokens = batch * seq;
+  return {tokens * (17 * n_embd + n_head + 4) * s, tokens * n_embd * s};
+}
+
 }  // namespace zdl::dist

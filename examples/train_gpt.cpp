@@ -38,6 +38,7 @@
 #include "io/gpt2_format.h"
 #include "io/metrics_log.h"
 #include "io/progress.h"
+#include "nn/activation_checkpoint.h"
 #include "nn/gpt.h"
 #include "nn/sampling.h"
 #include "optim/schedule.h"
@@ -62,6 +63,7 @@ struct Args {
   double weight_decay = 0.1;
   double grad_clip = 1.0;
   double dropout = 0.0;
+  int64_t activation_checkpointing = 0;  // recompute blocks 0, k, 2k, ... in backward (0: off)
   uint64_t seed = 1337;
   int64_t grad_accum = 1;
   int64_t eval_every = 100;
@@ -484,6 +486,7 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     auto scope = zero.placement_scope(a.seed);
     model = std::make_shared<nn::GPT>(s.cfg);
   }
+  nn::checkpoint_every(model->h, a.activation_checkpointing);  // the same bits, less memory
   zero.wrap(*model);
   if (!a.init_from.empty() && !s.resumed) {
     // Each rank reads its own copy of the file (paths may differ between hosts): agreed, so a
@@ -654,6 +657,10 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay (matrices only)")->check(CLI::NonNegativeNumber);
   app.add_option("--grad-clip", a.grad_clip, "global gradient-norm clip (0: off)")->check(CLI::NonNegativeNumber);
   app.add_option("--dropout", a.dropout, "dropout probability")->check(CLI::Range(0.0, 0.99));
+  app.add_option("--activation-checkpointing", a.activation_checkpointing,
+                 "keep only the inputs of blocks 0, K, 2K, ... in forward and recompute them in backward: less "
+                 "activation memory for one more forward of those blocks, the same bits (0: off; 1: every block)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--seed", a.seed, "seed of init, data order and sampling");
   app.add_option("--grad-accum", a.grad_accum, "micro-batches per step")->check(CLI::PositiveNumber);
   app.add_option("--eval-every", a.eval_every, "validation every N steps (0: off)")->check(CLI::NonNegativeNumber);

@@ -54,6 +54,7 @@
 #include "dist/zero.h"
 #include "dist/zero_optimizer.h"
 #include "examples/program_main.h"
+#include "nn/activation_checkpoint.h"
 #include "nn/gpt.h"
 
 using namespace zdl;
@@ -77,8 +78,9 @@ struct Args {
   uint64_t seed = 1337;
   int prefetch = 1;
   bool compare_prefetch = true;
+  bool compare_checkpoint = true;
   double cap_mib = 40;
-  int64_t fit_max_layers = 64;
+  int64_t fit_max_layers = 128;
   double loss_tol = -1;  // default by dtype
   std::string out = "walkthrough_out";
 };
@@ -128,6 +130,7 @@ Traffic read_traffic() {
 struct StageRun {
   ZeroStage stage = ZeroStage::DDP;
   int prefetch = 1;
+  bool checkpointed = false;  // every block under activation checkpointing
   int64_t psi = 0, padded = 0, units = 0, largest_unit = 0;
   std::vector<int64_t> block_sizes;  // padded elements of each block, forward order
   int64_t root_size = 0;             // padded elements of the root unit
@@ -238,10 +241,11 @@ class Walkthrough {
       : a_(a), comm_(comm), dtype_(dtype), data_path_(std::move(data_path)) {}
 
   // Trains `steps` steps of `stage` on a fresh model; measures everything (see StageRun).
-  StageRun run_stage(ZeroStage stage, int prefetch) {
+  StageRun run_stage(ZeroStage stage, int prefetch, bool checkpointed = false) {
     StageRun r;
     r.stage = stage;
     r.prefetch = prefetch;
+    r.checkpointed = checkpointed;
     const Device cpu = Device::cpu();
     const MemoryStats before = memory_ledger().stats(cpu);
     const CatBytes base = by_cat(before.current);
@@ -252,6 +256,7 @@ class Walkthrough {
       auto scope = zero.placement_scope(a_.seed);
       model = std::make_shared<nn::GPT>(gpt_config(a_, a_.n_layer));
     }
+    nn::checkpoint_every(model->h, checkpointed ? 1 : 0);
     // Markers for the timeline: hooks registered before wrap() run before the manager's, so
     // "forward_hook h.2" is the moment h.2's forward pre-hook starts waiting for its all-gather.
     std::function<void(const std::string&, const std::string&)> mark;
@@ -340,7 +345,7 @@ class Walkthrough {
     std::vector<double> losses;
   };
 
-  CapProbe probe(ZeroStage stage, int64_t n_layer, int64_t cap, int64_t steps) {
+  CapProbe probe(ZeroStage stage, int64_t n_layer, int64_t cap, int64_t steps, bool checkpointed) {
     CapProbe p;
     const Device cpu = Device::cpu();
     memory_ledger().reset_peaks(cpu);
@@ -353,6 +358,7 @@ class Walkthrough {
         auto scope = zero.placement_scope(a_.seed);
         model = std::make_shared<nn::GPT>(gpt_config(a_, n_layer));
       }
+      nn::checkpoint_every(model->h, checkpointed ? 1 : 0);
       p.params = static_cast<int64_t>(gpt_config(a_, n_layer).num_parameters());
       zero.wrap(*model);
       dist::ZeroAdamW opt(zero, {.lr = a_.lr, .beta1 = 0.9, .beta2 = 0.95}, 0.1);
@@ -685,35 +691,94 @@ void write_trace_csv(const Report& rep, std::span<const StageRun> runs) {
     }
 }
 
+// Activation bytes (with workspace) on this rank when the traced step's loss was computed: what
+// the forward keeps for the backward, besides the model states.
+int64_t kept_after_forward(const StageRun& r) {
+  for (const Sample& x : r.trace)
+    if (x.event == "loss_computed") return x.mem[kAct];
+  return -1;
+}
+
+// [5] Every block checkpointed, per stage, next to the same stage without: identical losses and
+// traffic (under ZeRO-3 the recompute runs inside the backward gather window), the activations
+// the forward keeps smaller by the closed form (f32), the activation peak, and the step's cost.
+void print_checkpoint_table(Report& rep, const Args& a, std::span<const StageRun> plain, std::span<const StageRun> ckpt) {
+  const dist::BlockActivations form =
+      dist::block_activation_bytes(a.batch / rep.N, a.seq, a.n_embd, a.n_head, rep.eb.s);
+  const bool has_form = rep.dtype == DType::F32;  // bf16 on the CPU computes through f32 copies
+  const int64_t saved_form = a.n_layer * (form.kept - form.checkpointed);
+  rep.say("\n[5] Activation checkpointing of every block (ZeRO-R's recompute): the forward keeps each block's input");
+  rep.say("    only; the backward recomputes the block, then differentiates it. 'kept' = activations alive when the");
+  rep.say(detail::str("    loss is computed; closed form of what checkpointing saves: L (16 C + NH + 4) (B/N) T s", has_form ? "" : " (f32 only)"));
+  rep.say("    (dist::block_activation_bytes). Losses and bytes on the wire must equal the run without.");
+  rep.say(detail::str("    ", std::string(118, '-')));
+  if (rep.lead)
+    std::printf("    %-7s %12s %12s %12s %12s %-3s %12s %12s %9s %9s %6s  %-6s %-7s\n", "stage", "kept", "kept ckpt",
+                "saved", "closed form", "ok", "act peak", "peak ckpt", "step ms", "ckpt ms", "cost", "losses",
+                "traffic");
+  Csv csv = rep.csv("checkpoint", "n,dtype,stage,checkpoint,kept_after_forward,activation_peak,total_peak,step_ms,saved_closed_form");
+  for (size_t i = 0; i < plain.size() && i < ckpt.size(); ++i) {
+    const StageRun &p = plain[i], &c = ckpt[i];
+    const int64_t kp = kept_after_forward(p), kc = kept_after_forward(c);
+    const bool form_ok = !has_form || kp - kc == saved_form;
+    if (!form_ok)
+      rep.fail(detail::str(dist::stage_title(p.stage), " checkpointed: the forward kept ", kp - kc,
+                           " fewer activation bytes, closed form ", saved_form));
+    const bool same_losses = p.losses == c.losses;
+    if (!same_losses) rep.fail(detail::str(dist::stage_title(p.stage), " checkpointed: losses differ from the run without"));
+    bool same_traffic = p.traffic.size() == c.traffic.size();
+    for (size_t s = 0; same_traffic && s < p.traffic.size(); ++s)
+      for (int k = 0; k < dist::kNumCollectiveKinds; ++k)
+        for (int ph = 0; ph < dist::kNumCommPhases; ++ph) {
+          const auto &x = p.traffic[s][k][ph], &y = c.traffic[s][k][ph];
+          if (static_cast<CommPhase>(ph) != CommPhase::Metrics && (x.calls != y.calls || x.payload_bytes != y.payload_bytes))
+            same_traffic = false;
+        }
+    if (!same_traffic)
+      rep.fail(detail::str(dist::stage_title(p.stage), " checkpointed: collectives differ from the run without"));
+    const double pm = median_step_ms(p), cm = median_step_ms(c);
+    if (rep.lead)
+      std::printf("    %-7s %12s %12s %12s %12s %-3s %12s %12s %9.1f %9.1f %5.2fx  %-6s %-7s\n", dist::stage_title(p.stage),
+                  commas(kp).c_str(), commas(kc).c_str(), commas(kp - kc).c_str(),
+                  has_form ? commas(saved_form).c_str() : "-", has_form ? (form_ok ? "yes" : "NO") : "", commas(p.peak[kAct]).c_str(),
+                  commas(c.peak[kAct]).c_str(), pm, cm, cm / pm, same_losses ? "same" : "DIFFER",
+                  same_traffic ? "same" : "DIFFERS");
+    for (const StageRun* r : {&p, &c})
+      csv.row(rep.N, dtype_name(rep.dtype), dist::stage_name(r->stage), r->checkpointed ? 1 : 0, kept_after_forward(*r),
+              r->peak[kAct], r->total_peak, median_step_ms(*r), has_form ? saved_form : -1);
+  }
+}
+
 // One stage's search for the largest n_layer under the cap.
 struct CapFit {
   std::array<int64_t, 3> peaks{};  // uncapped 1-step peaks at L = 2, 3, 4
   int64_t predicted = 0;           // L* from peak(L) = a + b L
   int64_t layers = 0;              // L* measured: trains under the cap (0: not even L = 1)
-  Walkthrough::CapProbe at;        // where the walk down stopped (the walk up does not move it)
+  Walkthrough::CapProbe at;        // the run at L* (or where the walk down stopped, if nothing trained)
 };
 
-// Predicts L* from three uncapped runs, then walks from it under the cap: down until a size
+// Predicts L* from three uncapped runs (the slope of the last two: at small L the peak can sit in
+// another phase of the step, the head's), then walks from it under the cap: down until a size
 // trains, up until the next one runs out of memory (the peak is not exactly affine).
-CapFit fit_under_cap(Report& rep, const Args& a, Walkthrough& w, ZeroStage st, int64_t cap, Csv& fit_csv) {
+CapFit fit_under_cap(Report& rep, const Args& a, Walkthrough& w, ZeroStage st, bool ckpt, int64_t cap, Csv& fit_csv) {
   CapFit f;
   for (int i = 0; i < 3; ++i) {
-    auto p = w.probe(st, 2 + i, 0, 1);
+    auto p = w.probe(st, 2 + i, 0, 1, ckpt);
     f.peaks[i] = p.peak;
-    fit_csv.row(rep.N, dtype_name(rep.dtype), dist::stage_name(st), cap, 2 + i, p.params, p.peak, p.peak <= cap ? 1 : 0,
-                "uncapped");
+    fit_csv.row(rep.N, dtype_name(rep.dtype), dist::stage_name(st), ckpt ? 1 : 0, cap, 2 + i, p.params, p.peak,
+                p.peak <= cap ? 1 : 0, "uncapped");
   }
-  const int64_t b = f.peaks[1] - f.peaks[0];
-  int64_t L = f.peaks[0] <= cap ? 2 + (cap - f.peaks[0]) / std::max<int64_t>(b, 1) : 1;
+  const int64_t b = std::max<int64_t>(f.peaks[2] - f.peaks[1], 1);
+  int64_t L = f.peaks[2] <= cap ? 4 + (cap - f.peaks[2]) / b : f.peaks[0] <= cap ? 2 : 1;
   L = std::min(L, a.fit_max_layers);
   f.predicted = L;
   auto check = [&](int64_t layers) {
     if (layers < 1) return Walkthrough::CapProbe{};
-    auto p = w.probe(st, layers, cap, 2);
+    auto p = w.probe(st, layers, cap, 2, ckpt);
     if (!p.all_ranks_agree)
       rep.fail(detail::str(dist::stage_title(st), " L=", layers, ": not every rank ran out of memory"));
-    fit_csv.row(rep.N, dtype_name(rep.dtype), dist::stage_name(st), cap, layers, p.params, p.peak, p.fits ? 1 : 0,
-                p.fits ? "trained under cap" : "out of memory under cap");
+    fit_csv.row(rep.N, dtype_name(rep.dtype), dist::stage_name(st), ckpt ? 1 : 0, cap, layers, p.params, p.peak,
+                p.fits ? 1 : 0, p.fits ? "trained under cap" : "out of memory under cap");
     return p;
   };
   f.at = check(L);
@@ -722,41 +787,48 @@ CapFit fit_under_cap(Report& rep, const Args& a, Walkthrough& w, ZeroStage st, i
     auto next = check(L + 1);
     while (next.fits && L + 1 < a.fit_max_layers) {
       ++L;
+      f.at = next;
       next = check(L + 1);
     }
-    if (next.fits) ++L;
+    if (next.fits) ++L, f.at = next;
   }
   f.layers = L;
   return f;
 }
 
-// [4] Largest n_layer per stage under --cap-mib: checks the prediction of peak(L) = a + b L by training under the cap.
+// [4] Largest n_layer per stage under --cap-mib, without and with activation checkpointing: checks the prediction
+// of peak(L) = a + b L by training under the cap.
 void run_cap_experiment(Report& rep, const Args& a, Walkthrough& w) {
   const int64_t cap = static_cast<int64_t>(a.cap_mib * 1024 * 1024);
   rep.say(detail::str("\n[4] Memory cap: ", a.cap_mib,
-                      " MiB per rank (all categories). Largest n_layer that trains, per stage"));
-  rep.say("    (C, T, batch as above). Peaks of uncapped 1-step runs at L = 2, 3, 4 give peak(L) = a + b L; L* is");
-  rep.say("    predicted from it and confirmed under the cap: L* trains 2 steps, L*+1 runs out of memory.");
+                      " MiB per rank (all categories). Largest n_layer that trains, per stage, without and with"));
+  rep.say("    activation checkpointing of every block (C, T, batch as above). Peaks of uncapped 1-step runs at");
+  rep.say("    L = 2, 3, 4 give peak(L) = a + b L (b from L = 3, 4); L* is predicted from it and confirmed under the");
+  rep.say("    cap: L* trains 2 steps, L*+1 runs out of memory. b is what one more block costs at the peak: its model");
+  rep.say("    states and its activations (checkpointed: its input only).");
   rep.say(detail::str("    ", std::string(118, '-')));
-  Csv fit_csv = rep.csv("fit", "n,dtype,stage,cap,n_layer,params,peak,fits,how");
+  Csv fit_csv = rep.csv("fit", "n,dtype,stage,checkpoint,cap,n_layer,params,peak,fits,how");
   int64_t ddp_L = 0, zero3_L = 0;
-  for (ZeroStage st : kStages) {
-    const CapFit f = fit_under_cap(rep, a, w, st, cap, fit_csv);
-    const int64_t L = f.layers;
-    if (st == ZeroStage::DDP) ddp_L = L;
-    if (st == ZeroStage::Three) zero3_L = L;
-    const bool affine = f.peaks[2] - f.peaks[1] == f.peaks[1] - f.peaks[0];
-    if (rep.lead)
-      std::printf("    %-7s peak(L=2,3,4) = %s, %s, %s MiB (%s); predicted L* = %lld; "
-                  "measured L* = %lld%s (%s params)\n",
-                  dist::stage_title(st), mib(f.peaks[0]).c_str(), mib(f.peaks[1]).c_str(), mib(f.peaks[2]).c_str(),
-                  affine ? "affine" : "not affine", static_cast<long long>(f.predicted), static_cast<long long>(L),
-                  L >= a.fit_max_layers ? " (the search's limit)" : "", L >= 1 ? commas(f.at.params).c_str() : "0");
-  }
+  for (ZeroStage st : kStages)
+    for (bool ckpt : {false, true}) {
+      const CapFit f = fit_under_cap(rep, a, w, st, ckpt, cap, fit_csv);
+      const int64_t L = f.layers;
+      if (st == ZeroStage::DDP && !ckpt) ddp_L = L;
+      if (st == ZeroStage::Three && !ckpt) zero3_L = L;
+      const bool affine = f.peaks[2] - f.peaks[1] == f.peaks[1] - f.peaks[0];
+      if (rep.lead)
+        std::printf("    %-7s %-13s peak(L=2,3,4) = %s, %s, %s MiB (%s, b = %s MiB); predicted L* = %lld; "
+                    "measured L* = %lld%s (%s params)\n",
+                    dist::stage_title(st), ckpt ? "checkpointed" : "", mib(f.peaks[0]).c_str(),
+                    mib(f.peaks[1]).c_str(), mib(f.peaks[2]).c_str(), affine ? "affine" : "not affine",
+                    mib(f.peaks[2] - f.peaks[1]).c_str(), static_cast<long long>(f.predicted),
+                    static_cast<long long>(L), L >= a.fit_max_layers ? " (the search's limit)" : "",
+                    L >= 1 ? commas(f.at.params).c_str() : "0");
+    }
   // The experiment of the doc: DDP on the model ZeRO-3 trains under this cap.
   if (zero3_L > ddp_L) {
-    auto ddp = w.probe(ZeroStage::DDP, zero3_L, cap, 2);
-    auto z3 = w.probe(ZeroStage::Three, zero3_L, cap, 2);
+    auto ddp = w.probe(ZeroStage::DDP, zero3_L, cap, 2, false);
+    auto z3 = w.probe(ZeroStage::Three, zero3_L, cap, 2, false);
     rep.say(detail::str("\n    The same model (L=", zero3_L, ", ", commas(z3.params), " parameters) under a ",
                         a.cap_mib, " MiB cap per rank:"));
     rep.say(detail::str("    DDP:    ",
@@ -771,7 +843,8 @@ void run_cap_experiment(Report& rep, const Args& a, Walkthrough& w) {
 // Where the CSVs are, then every check's verdict; returns the exit code (0 all passed, 1 not).
 int print_summary(const Report& rep, const Args& a, double loss_tol) {
   rep.say("");
-  rep.say(detail::str("CSVs: ", a.out, "/{memory,traffic,steps,trace", a.cap_mib > 0 ? ",fit" : "", "}", rep.suffix(),
+  rep.say(detail::str("CSVs: ", a.out, "/{memory,traffic,steps,trace", a.compare_checkpoint ? ",checkpoint" : "",
+                      a.cap_mib > 0 ? ",fit" : "", "}", rep.suffix(),
                       "; pictures: python3 scripts/plot_walkthrough.py --out ", a.out));
   if (rep.failures.empty()) {
     rep.say(detail::str("all checks passed: memory and traffic equal the closed forms; the stages' losses ",
@@ -805,6 +878,11 @@ int run(const Args& a, dist::Communicator& comm) {
   print_traffic_table(rep, stages);
   print_step_table(rep, a, runs, loss_tol);
   write_trace_csv(rep, runs);
+  if (a.compare_checkpoint) {
+    std::vector<StageRun> ckpt;
+    for (ZeroStage st : kStages) ckpt.push_back(w.run_stage(st, a.prefetch, /*checkpointed=*/true));
+    print_checkpoint_table(rep, a, stages, ckpt);
+  }
   if (a.cap_mib > 0) run_cap_experiment(rep, a, w);
   return print_summary(rep, a, loss_tol);
 }
@@ -828,6 +906,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", a.seed, "seed of init and data order");
   app.add_option("--prefetch", a.prefetch, "ZeRO-3: units all-gathered ahead")->check(CLI::Range(0, 64));
   app.add_flag("!--no-prefetch-compare", a.compare_prefetch, "skip the ZeRO-3 run without prefetch");
+  app.add_flag("!--no-checkpoint-compare", a.compare_checkpoint,
+               "skip the runs with activation checkpointing (table [5]; [4] still searches with it)");
   app.add_option("--cap-mib", a.cap_mib, "per-rank memory cap of the largest-model experiment, MiB (0: skip it)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--fit-max-layers", a.fit_max_layers, "upper limit of that experiment's n_layer search")

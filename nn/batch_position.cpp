@@ -18,6 +18,11 @@ BatchPosition::BatchPosition(int64_t step_, int64_t first_sequence_, uint64_t se
   t_current = this;
 }
 
+BatchPosition::BatchPosition(const Record& r)
+    : step(r.step), first_sequence(r.first_sequence), seed(r.seed), id(r.id), prev_(t_current) {
+  t_current = this;
+}
+
 BatchPosition::~BatchPosition() { t_current = prev_; }
 
 const BatchPosition* BatchPosition::current() { return t_current; }

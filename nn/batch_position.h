@@ -23,6 +23,15 @@ namespace zdl::nn {
 class BatchPosition {
  public:
   BatchPosition(int64_t step, int64_t first_sequence, uint64_t seed = 0);
+  // What a position is, to enter it again later: a position made from a Record has the same
+  // id, so random counters continue as they were recorded (activation checkpointing replays a
+  // forward in backward, after the position that ran it is gone).
+  struct Record {
+    int64_t step, first_sequence;
+    uint64_t seed, id;
+  };
+  explicit BatchPosition(const Record& r);
+  Record record() const { return {step, first_sequence, seed, id}; }
   ~BatchPosition();
   BatchPosition(const BatchPosition&) = delete;
   BatchPosition& operator=(const BatchPosition&) = delete;

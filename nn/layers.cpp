@@ -81,6 +81,11 @@ Tensor Dropout::forward(const Tensor& x) {
   return dropout(x, p, true, pos->seed, s, pos->first_sequence * per_row);
 }
 
+void Dropout::set_random_counters(const std::vector<uint64_t>& c) {
+  ZDL_CHECK(c.size() == 3, "Dropout::set_random_counters: expected 3 counters, got ", c.size());
+  calls = c[0], position_id_ = c[1], position_calls_ = c[2];
+}
+
 std::string Dropout::extra_repr() const { return detail::str("p=", p); }
 
 }  // namespace zdl::nn

@@ -75,6 +75,8 @@ class Dropout : public Module {
   explicit Dropout(double p);
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
+  std::vector<uint64_t> random_counters() const override { return {calls, position_id_, position_calls_}; }
+  void set_random_counters(const std::vector<uint64_t>& c) override;
 
   double p;
   uint64_t seed = 0;    // outside a BatchPosition: the init seed

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "autograd/engine.h"
+#include "nn/activation_checkpoint.h"
 #include "nn/parameter_factory.h"
 
 namespace zdl::nn {
@@ -218,7 +219,7 @@ void Module::arm_post_backward() {
 
 TensorList Module::call(const TensorList& inputs, const std::function<TensorList(const TensorList&)>& body) {
   for (auto& h : fwd_pre_) h(*this, inputs);
-  TensorList outputs = body(inputs);
+  TensorList outputs = checkpoint_activations_ && grad_enabled() ? checkpointed_forward(*this, inputs, body) : body(inputs);
   for (auto& h : fwd_post_) h(*this, inputs, outputs);
   if (!grad_enabled() || (bwd_pre_.empty() && post_bwd_.empty())) return outputs;
   arm_post_backward();

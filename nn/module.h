@@ -98,6 +98,18 @@ class Module : public std::enable_shared_from_this<Module> {
   // Runs body(inputs) with this module's hooks around it.
   TensorList call(const TensorList& inputs, const std::function<TensorList(const TensorList&)>& body);
 
+  // ---- activation checkpointing ----
+  // On: a call keeps only this module's inputs from the forward, and the backward computes
+  // the forward again to differentiate it (nn/activation_checkpoint.h). Hooks run as without.
+  void set_activation_checkpointing(bool on = true) { checkpoint_activations_ = on; }
+  bool activation_checkpointing() const { return checkpoint_activations_; }
+
+  // The counters of the random draws this module's own forward makes (nn::Dropout's), so a
+  // checkpointed forward can be replayed with the same draws. A module that draws random
+  // numbers in forward by other means overrides both.
+  virtual std::vector<uint64_t> random_counters() const { return {}; }
+  virtual void set_random_counters(const std::vector<uint64_t>& counters) { (void)counters; }
+
   // ---- hooks ----
   void register_forward_pre_hook(ForwardPreHook h) { fwd_pre_.push_back(std::move(h)); }
   void register_forward_post_hook(ForwardPostHook h) { fwd_post_.push_back(std::move(h)); }
@@ -115,6 +127,7 @@ class Module : public std::enable_shared_from_this<Module> {
 
   std::string type_name_;
   bool training_ = true;
+  bool checkpoint_activations_ = false;
   NamedTensors params_;
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

@@ -12,7 +12,8 @@ OUT/walkthrough_n<N>.txt, and stops if a run's checks fail. Then it writes four 
   zero3_memory_step.png memory over one step on rank 0: ZeRO-3's gather/free sawtooth vs DDP
   zero3_timeline.png    compute and communication per unit over one ZeRO-3 step, with and
                         without prefetch (which all-gather overlaps which unit's compute)
-  largest_model.png     the largest GPT that trains under the per-rank memory cap, per stage, vs N
+  largest_model.png     the largest GPT that trains under the per-rank memory cap, per stage, vs N,
+                        without and with activation checkpointing
 
 Every number comes from the CSVs (measured on rank 0, which the example checks equals every
 rank); nothing is extrapolated here. Needs matplotlib (python3-matplotlib; scripts/setup.sh).
@@ -304,24 +305,27 @@ def plot_largest(out, plt):
     data = by_n(out, "fit")
     if not data:
         return None
-    fig, ax = plt.subplots(figsize=(9, 5))
+    fig, ax = plt.subplots(figsize=(10, 5))
     cap = None
     ns = sorted(data)
-    width = 0.2
+    width = 0.1
     for i, s in enumerate(STAGES):
-        for j, n in enumerate(ns):
-            rs = [r for r in data[n] if r["stage"] == s]
-            if not rs:
-                continue
-            cap = int(rs[0]["cap"])
-            trained = [r for r in rs if r["how"] == "trained under cap"]
-            if not trained:
-                continue
-            best = max(trained, key=lambda r: int(r["n_layer"]))
-            x = j + (i - 1.5) * width
-            y = int(best["params"]) / 1e6
-            ax.bar(x, y, width * 0.92, color=STAGE_COLORS[s], label=TITLES[s] if j == 0 else None)
-            ax.text(x, y, f"L={best['n_layer']}", ha="center", va="bottom", fontsize=7.5)
+        for ck in (0, 1):  # without / with activation checkpointing of every block
+            for j, n in enumerate(ns):
+                rs = [r for r in data[n] if r["stage"] == s and int(r.get("checkpoint", 0)) == ck]
+                if not rs:
+                    continue
+                cap = int(rs[0]["cap"])
+                trained = [r for r in rs if r["how"] == "trained under cap"]
+                if not trained:
+                    continue
+                best = max(trained, key=lambda r: int(r["n_layer"]))
+                x = j + (2 * i + ck - 3.5) * width
+                y = int(best["params"]) / 1e6
+                ax.bar(x, y, width * 0.92, color=STAGE_COLORS[s], hatch="//" if ck else None,
+                       edgecolor="white" if ck else None,
+                       label=(TITLES[s] + (" + checkpointing" if ck else "")) if j == 0 else None)
+                ax.text(x, y, f"{best['n_layer']}", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(ns)))
     ax.set_xticklabels([str(n) for n in ns])
     ax.set_xlabel("N (ranks; global batch fixed, so B/N rows per rank)")
@@ -329,9 +333,9 @@ def plot_largest(out, plt):
     ax.set_ylim(bottom=0)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
-    ax.legend(title="stage", loc="upper left")
+    ax.legend(title="stage (hatched: activation checkpointing)", loc="upper left", fontsize=8, ncol=2)
     cap_txt = f"{cap / MIB:g} MiB" if cap else "?"
-    ax.set_title(f"Largest GPT (C fixed, n_layer = L grows) under a {cap_txt} per-rank memory cap\n"
+    ax.set_title(f"Largest GPT (C fixed, n_layer = L grows, L above each bar) under a {cap_txt} per-rank memory cap\n"
                  f"measured: L trains 2 steps under the cap, L+1 runs out of memory", fontsize=10)
     fig.tight_layout()
     path = os.path.join(out, "largest_model.png")

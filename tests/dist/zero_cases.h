@@ -4,6 +4,8 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "dist/closed_forms.h"
 #include "dist/comm_ledger.h"
 #include "dist/local_communicator.h"
@@ -53,6 +55,26 @@ inline void expect_identical(Communicator& comm, const RunConfig& c) {
   }
 }
 
+// Activation checkpointing changes no bit: with every block or every other block recomputed in
+// backward (dropout on, gradient accumulation), losses and parameters equal the run without it,
+// and one process's run without it.
+inline void expect_checkpointing_identical(Communicator& comm, ZeroStage stage) {
+  const RunConfig plain{.stage = stage, .grad_accum = 2, .batch = 8, .dropout = 0.1};
+  LocalCommunicator local;
+  const RunResult ref = run_zero(local, local_equivalent(plain, comm.size()));
+  for (int64_t every : {0, 1, 2}) {
+    RunConfig c = plain;
+    c.checkpoint_every = every;
+    const RunResult got = run_zero(comm, c);
+    const std::string what =
+        detail::str(comm.prefix(), " ", stage_name(stage), " N=", comm.size(), " checkpoint every ", every, " block(s)");
+    EXPECT_EQ(got.losses, ref.losses) << what << ": losses differ from one process without checkpointing";
+    for (auto& [name, v] : ref.params)
+      EXPECT_TRUE(got.params.at(name) == v) << what << ": parameter " << name << " differs by "
+                                            << rel_l2(got.params.at(name), v) << " (relative L2)";
+  }
+}
+
 // Model-state bytes on this rank after a step, per category, equal the closed forms of the
 // paper evaluated at the padded size P (the padding is < N elements per unit):
 //   f32: params 4P, grads 4P, Adam 8P; stage 1: Adam / N; stage 2: + grads / N; stage 3: all / N.
@@ -94,9 +116,11 @@ inline void expect_memory_closed_form(Communicator& comm, ZeroStage stage) {
 // DDP: all-reduce 4P; ZeRO-1/2: reduce-scatter 4P + post-step all-gather 4P (2 Psi);
 // ZeRO-3: forward all-gather 4P + backward all-gather 4P + reduce-scatter 4P (3 Psi);
 // wire = payload x (N-1)/N (x 2 for all-reduce).
-inline void expect_traffic_closed_form(Communicator& comm, ZeroStage stage) {
+// With checkpoint_every > 0 the blocks recompute in backward: under ZeRO-3 inside their backward
+// gather window, so the traffic is the same 3 Psi.
+inline void expect_traffic_closed_form(Communicator& comm, ZeroStage stage, int64_t checkpoint_every = 0) {
   const int64_t N = comm.size();
-  RunConfig c{.stage = stage, .steps = 2};
+  RunConfig c{.stage = stage, .steps = 2, .batch = std::max<int64_t>(4, N), .checkpoint_every = checkpoint_every};
   Probe probe;
   probe.after_wrap = [](ZeroPartitioner&) { comm_ledger().reset(); };
   probe.after_step = [&](ZeroPartitioner& z, int step) {

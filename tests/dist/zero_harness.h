@@ -12,6 +12,7 @@
 #include "dist/zero.h"
 #include "dist/trainer.h"
 #include "dist/zero_optimizer.h"
+#include "nn/activation_checkpoint.h"
 #include "nn/batch_position.h"
 #include "nn/gpt.h"
 #include "optim/clip.h"
@@ -35,6 +36,8 @@ struct RunConfig {
   GradReduction reduction = GradReduction::Exact;
   bool no_sync = false;
   double dropout = 0.0;
+  // Activation checkpointing of blocks 0, k, 2k, ... (nn::checkpoint_every; 0: off).
+  int64_t checkpoint_every = 0;
   uint64_t seed = 7;
   // This step's gradient of one parameter of unit h.1 gets a NaN on the last rank, before any
   // reduction (a leaf hook): the step must be detected and skipped (-1: none).
@@ -122,6 +125,7 @@ inline RunResult run_reference(const RunConfig& c, int n = 1) {
     nn::InitContext ctx(c.seed, Device::cpu(), c.dtype);
     model = std::make_shared<nn::GPT>(tiny_gpt(c.dropout));
   }
+  nn::checkpoint_every(model->h, c.checkpoint_every);
   optim::AdamW opt(optim::decay_groups(*model, 0.1), adam_opts());
   auto params = model->parameters();
   const int64_t b = c.batch / n, M = c.grad_accum * n;
@@ -187,6 +191,7 @@ inline RunResult run_zero(Communicator& comm, const RunConfig& c, const Probe& p
     auto scope = zero.placement_scope(c.seed);
     model = std::make_shared<nn::GPT>(tiny_gpt(c.dropout));
   }
+  nn::checkpoint_every(model->h, c.checkpoint_every);
   zero.wrap(*model);
   if (probe.after_wrap) probe.after_wrap(zero);
   ZeroAdamW opt(zero, adam_opts(), 0.1);

@@ -32,6 +32,13 @@ TEST(ZeroLocal, TrafficFollowsClosedForms) {
   for (ZeroStage s : kAllStages) expect_traffic_closed_form(local(), s);
 }
 
+TEST(ZeroLocal, ActivationCheckpointingIsBitIdenticalAndKeepsTheTraffic) {
+  for (ZeroStage s : kAllStages) {
+    expect_checkpointing_identical(local(), s);
+    expect_traffic_closed_form(local(), s, /*checkpoint_every=*/1);
+  }
+}
+
 TEST(ZeroLocal, Zero3ShardsMatchFullInit) { expect_zero3_shards_match_full_init(local()); }
 
 }  // namespace zdl::dist::testing

@@ -6,8 +6,9 @@ CSVs and its printed table against closed forms computed HERE, independently of 
 GPT-2's parameter count, the padding of each unit to a multiple of N, the paper's per-rank
 model-state bytes (f32: 4 / 4 / 8 bytes per element; /N for what each stage shards) and the
 bytes per collective of one step (payload s P; ring wire s P (N-1)/N, twice for the all-reduce).
-Also: the four stages' losses are identical, the memory-cap search ends with L trained under the cap and
-L+1 out of memory, and --device cuda fails with a clear message.
+Also: the four stages' losses are identical, activation checkpointing saves the closed form's bytes
+of activations, the memory-cap search ends with L trained under the cap and L+1 out of memory (with
+and without checkpointing), and --device cuda fails with a clear message.
 
     python3 zero_walkthrough_test.py --exe build/examples/zero_walkthrough --np 2 --mpiexec mpiexec
 """
@@ -125,13 +126,32 @@ def check_run(exe, np_, mpiexec, preflags, out):
     expect(tr and tr[0]["param"] == tr[-1]["param"] == str(4 * P // N), f"N={N}: ZeRO-3 trace does not return to P/N")
     expect(sum(r["event"] == "gather_issue" for r in tr) == 2 * (L + 1), f"N={N}: ZeRO-3 gathers per step")
 
-    # The memory cap: per stage, L* trained under the cap and L*+1 ran out of memory.
+    # Activation checkpointing of every block: the forward keeps only each block's input, so it
+    # keeps L (16 C + NH + 4) (B/N) T s fewer bytes (f32); the recompute makes no bigger peak.
+    crows = read(os.path.join(out, f"checkpoint_n{N}.csv"))
+    for st in STAGES:
+        rs = {r["checkpoint"]: r for r in crows if r["stage"] == st}
+        saved = L * (16 * C + NH + 4) * (B // N) * T * 4
+        expect(set(rs) == {"0", "1"}, f"N={N} {st}: checkpoint rows {sorted(rs)}")
+        if set(rs) == {"0", "1"}:
+            got = int(rs["0"]["kept_after_forward"]) - int(rs["1"]["kept_after_forward"])
+            expect(got == saved, f"N={N} {st}: checkpointing saved {got} activation bytes, closed form {saved}")
+            expect(int(rs["1"]["activation_peak"]) < int(rs["0"]["activation_peak"]),
+                   f"N={N} {st}: checkpointed activation peak {rs['1']['activation_peak']} not below {rs['0']['activation_peak']}")
+
+    # The memory cap: per stage, without and with checkpointing, L* trained under the cap and L*+1
+    # ran out of memory; checkpointing trains at least as many layers.
     frows = read(os.path.join(out, f"fit_n{N}.csv"))
     for st in STAGES:
-        rs = [r for r in frows if r["stage"] == st]
-        trained = [int(r["n_layer"]) for r in rs if r["how"] == "trained under cap"]
-        oom = [int(r["n_layer"]) for r in rs if r["how"] == "out of memory under cap"]
-        expect(trained and (max(trained) + 1) in oom, f"N={N} {st}: cap search trained {trained}, oom {oom}")
+        best = {}
+        for ck in ("0", "1"):
+            rs = [r for r in frows if r["stage"] == st and r["checkpoint"] == ck]
+            trained = [int(r["n_layer"]) for r in rs if r["how"] == "trained under cap"]
+            oom = [int(r["n_layer"]) for r in rs if r["how"] == "out of memory under cap"]
+            expect(trained and (max(trained) + 1) in oom,
+                   f"N={N} {st} checkpoint={ck}: cap search trained {trained}, oom {oom}")
+            best[ck] = max(trained, default=0)
+        expect(best["1"] >= best["0"], f"N={N} {st}: L* {best['1']} with checkpointing < {best['0']} without")
 
 
 def main():

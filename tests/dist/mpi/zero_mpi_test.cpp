@@ -42,6 +42,13 @@ TEST(ZeroMpi, EveryStageIsBitIdenticalToOneProcess) {
     expect_identical(world(), {.stage = ZeroStage::Three, .grad_accum = 2, .batch = 8, .dropout = 0.1, .seed = seed});
 }
 
+TEST(ZeroMpi, ActivationCheckpointingIsBitIdenticalAndKeepsTheTraffic) {
+  for (ZeroStage s : kAllStages) {
+    expect_checkpointing_identical(world(), s);
+    expect_traffic_closed_form(world(), s, /*checkpoint_every=*/1);
+  }
+}
+
 // [Note: dropout position]: rank r's rows of a step get exactly the mask one process draws for
 // those rows of the whole batch, so two ranks' masks differ (each row has its own) and the
 // decomposition does not show.
