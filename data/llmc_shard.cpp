@@ -51,4 +51,13 @@ LlmcTokens llmc_shard_tokens(const MappedFile& file) {
   return {file.data() + kLlmcHeaderBytes, n};
 }
 
+std::string llmc_shard_header(int64_t count) {
+  ZDL_CHECK(count >= 0 && count <= INT32_MAX, "llmc_shard_header: a shard holds 0 to 2^31 - 1 tokens, not ", count);
+  std::string header(kLlmcHeaderBytes, '\0');
+  const int32_t fields[] = {kLlmcMagic, kLlmcVersion, static_cast<int32_t>(count)};
+  for (int i = 0; i < 3; ++i)
+    for (int b = 0; b < 4; ++b) header[4 * i + b] = static_cast<char>(static_cast<uint32_t>(fields[i]) >> (8 * b));
+  return header;
+}
+
 }  // namespace zdl::data

@@ -13,8 +13,10 @@
 //   if (data::detect_llmc_shard(file)) {
 //     data::LlmcTokens t = data::llmc_shard_tokens(file);   // t.ids: 2 bytes each, t.count of them
 //   }
+//   std::string header = data::llmc_shard_header(n);        // to write a shard: then n uint16 ids
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "data/mapped_file.h"
 
@@ -43,5 +45,9 @@ struct LlmcTokens {
 // version 1, and exactly 1024 + 2n bytes for the n tokens it declares (shorter: truncated;
 // longer: not what was written). Errors name the file and the numbers.
 LlmcTokens llmc_shard_tokens(const MappedFile& file);
+
+// The header of a shard of `count` tokens: kLlmcHeaderBytes bytes, little-endian on any host.
+// Throws unless 0 <= count < 2^31 (the header's int32).
+std::string llmc_shard_header(int64_t count);
 
 }  // namespace zdl::data

@@ -7,6 +7,7 @@
 //   mpirun -np 4 train_gpt --zero-stage 3                  # 4 ranks, everything sharded
 //   train_gpt --data input.txt --steps 2000 --n-layer 4 --n-embd 128 --save ckpt
 //   train_gpt --data 'fineweb10B/fineweb_train_*.bin' --seq 1024     # llm.c shards: vocab 50257
+//   train_gpt --data 'shards/tiny_train_*.bin' --tokenizer gpt2.tiktoken --sample 200   # BPE samples
 //   mpirun -np 2 train_gpt --resume ckpt --zero-stage 2    # resume on another N / stage
 //   train_gpt --init-from gpt2.safetensors --eval-only --data val.txt
 //   mpirun -np 8 train_gpt --device cuda --zero-stage 3    # one rank per GPU (NCCL)
@@ -23,6 +24,7 @@
 #include <optional>
 #include <string>
 
+#include "data/bpe_tokenizer.h"
 #include "data/byte_tokenizer.h"
 #include "data/default_corpus.h"
 #include "data/llmc_shard.h"
@@ -94,7 +96,8 @@ struct Args {
   std::string device = "cpu";
   std::string dist_backend = "auto";
   double peak_tflops = 0;  // 0: from the GPU's name
-  int64_t vocab_size = 0;  // 0: the data's (bytes: 256; llm.c shards: GPT-2's 50257)
+  int64_t vocab_size = 0;  // 0: the data's (bytes: 256; llm.c shards: the tokenizer's, or GPT-2's 50257)
+  std::string tokenizer;   // BPE files of the shards' tokens: --prompt and --sample on them
 };
 
 using examples::UsageError;
@@ -107,6 +110,14 @@ std::string nonfinite_report(const dist::StepResult& r, int64_t step, int world)
   for (size_t i = 0; i < r.nonfinite.size(); ++i)
     s += detail::str(i ? ", " : "", r.nonfinite[i].name, " (on ", r.nonfinite[i].ranks, " of ", world, " ranks)");
   return s;
+}
+
+// A sample as text: each id's bytes, and <|id|> for an id beyond the tokenizer's vocabulary (a
+// model's can be larger: --vocab-size, a checkpoint's).
+std::string sample_text(const data::BpeTokenizer& tok, const std::vector<int64_t>& ids) {
+  std::string text;
+  for (int64_t id : ids) text += id < tok.vocab_size() ? tok.decode({id}) : detail::str("<|", id, "|>");
+  return text;
 }
 
 // Test hook for the NaN handling (hidden flag --fault-nan-grad STEP:PARAM): at that step (1-based)
@@ -233,14 +244,15 @@ struct Setup {
   std::string data_path;  // --data: a file or a pattern
   std::unique_ptr<data::TokenDataset> ds;
   std::unique_ptr<io::MetricsLog> metrics;
+  std::optional<data::BpeTokenizer> tok;  // --tokenizer
 };
 
 // The model's config: the checkpoint's (--resume), the GPT-2 file's (--init-from) or the flags'
-// (a new model's vocabulary is the data's: 256 bytes, or GPT-2's 50257 for llm.c shards, padded
-// to a multiple of 128 as llm.c does). A shape flag that disagrees with a checkpoint or a file is
-// refused, never silently ignored.
+// (a new model's vocabulary is the data's: 256 bytes; for llm.c shards the --tokenizer's
+// (`tokenizer_vocab` > 0), else GPT-2's 50257, padded to a multiple of 128 as llm.c does). A
+// shape flag that disagrees with a checkpoint or a file is refused, never silently ignored.
 nn::GPTConfig model_config(Args& a, const CLI::App& app, std::optional<io::TrainState>& resumed,
-                           data::TokenFormat format) {
+                           data::TokenFormat format, int64_t tokenizer_vocab) {
   auto given = [&](const char* flag) { return app.count(flag) > 0; };
   nn::GPTConfig cfg;
   if (!a.resume.empty()) {
@@ -302,7 +314,10 @@ nn::GPTConfig model_config(Args& a, const CLI::App& app, std::optional<io::Train
     check_flag("--vocab-size", a.vocab_size, cfg.vocab_size);
   } else {
     const bool gpt2 = format == data::TokenFormat::Llmc;
-    cfg.vocab_size = a.vocab_size > 0 ? a.vocab_size : gpt2 ? data::kGpt2VocabSize : data::ByteTokenizer::kVocabSize;
+    cfg.vocab_size = a.vocab_size > 0       ? a.vocab_size
+                     : tokenizer_vocab > 0 ? tokenizer_vocab
+                     : gpt2                ? data::kGpt2VocabSize
+                                           : data::ByteTokenizer::kVocabSize;
     const int64_t multiple = given("--vocab-multiple") ? a.vocab_multiple : gpt2 ? data::kGpt2VocabMultiple : 1;
     cfg.padded_vocab_size = multiple > 1 ? data::padded_vocab(cfg.vocab_size, multiple) : 0;
     cfg.block_size = a.seq;
@@ -334,9 +349,19 @@ Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device d
       throw UsageError(std::string("--data: ") + e.what());
     }
     const bool gpt2_tokens = files->format() == data::TokenFormat::Llmc;
+    if (!a.tokenizer.empty()) {
+      if (!gpt2_tokens)
+        throw UsageError("--tokenizer: the data are text, whose bytes are the tokens; encode the text into token "
+                         "shards with prepare_tokens and train on those (--data 'PREFIX_train_*.bin')");
+      try {
+        s.tok.emplace(data::BpeTokenizer::load(a.tokenizer));
+      } catch (const Error& e) {
+        throw UsageError(std::string("--tokenizer: ") + e.what());
+      }
+    }
     nn::GPTConfig& cfg = s.cfg;
     std::optional<io::TrainState>& resumed = s.resumed;
-    cfg = model_config(a, app, resumed, files->format());
+    cfg = model_config(a, app, resumed, files->format(), s.tok ? s.tok->vocab_size() : 0);
     try {
       cfg.validate();
     } catch (const Error& e) {
@@ -349,15 +374,23 @@ Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device d
       throw UsageError(detail::str("--prefetch applies to --zero-stage 3 only (got --zero-stage ", a.zero_stage, ")"));
     if (given("--peak-tflops") && !dev.is_cuda())
       throw UsageError("--peak-tflops applies to --device cuda only (MFU is reported for GPUs)");
-    // Sampling encodes the prompt and decodes the sample as bytes: the byte tokenizer is the only one.
+    if (s.tok && s.tok->vocab_size() > cfg.vocab_size)
+      throw UsageError(detail::str("--tokenizer: its vocabulary (", s.tok->vocab_size(), " tokens) is larger than the "
+                                   "model's (", cfg.vocab_size, resumed ? ", the checkpoint's" : "",
+                                   "): it is not the tokenizer of this model"));
+    // Sampling encodes the prompt and decodes the sample: as bytes on text, with --tokenizer on shards.
     const char* sampling = a.sample > 0 ? "--sample" : given("--prompt") ? "--prompt" : nullptr;
-    if (sampling && gpt2_tokens)
-      throw UsageError(detail::str(sampling, ": the data are GPT-2 token ids (llm.c shards), and zerodl has no GPT-2 "
-                                   "tokenizer to encode a prompt or decode a sample; drop ", sampling));
-    if (sampling && cfg.vocab_size != data::ByteTokenizer::kVocabSize)
-      throw UsageError(detail::str(sampling, " works in bytes: it needs the byte vocabulary 256, not ", cfg.vocab_size,
-                                   " (zerodl has no tokenizer for a larger one; --vocab-size larger than 256 is for "
-                                   "measuring speed)"));
+    if (sampling && gpt2_tokens && !s.tok)
+      throw UsageError(detail::str(sampling, ": the data are token ids (llm.c shards); give the tokenizer that made "
+                                   "them with --tokenizer (GPT-2's encoder.json + vocab.bpe, or a .tiktoken file) to "
+                                   "encode the prompt and decode the sample, or drop ", sampling));
+    if (sampling && !gpt2_tokens && cfg.vocab_size != data::ByteTokenizer::kVocabSize)
+      throw UsageError(detail::str(sampling, " on text works in bytes: it needs the byte vocabulary 256, not ",
+                                   cfg.vocab_size, " (--vocab-size larger than 256 is for measuring speed; a BPE "
+                                   "vocabulary needs token shards from prepare_tokens and --tokenizer)"));
+    if (sampling && s.tok && !s.tok->eot_id() && (!given("--prompt") || a.prompt.empty()))
+      throw UsageError(detail::str(sampling, ": the tokenizer has no <|endoftext|> to start a sample from; give a "
+                                   "--prompt"));
     check_model_fits_in_memory(cfg, a, comm.size(), dev);
     if (!gpt2_tokens && cfg.vocab_size < data::ByteTokenizer::kVocabSize)
       throw UsageError(detail::str("the model's vocabulary (", cfg.vocab_size, ") is smaller than the byte tokenizer's 256"));
@@ -431,6 +464,7 @@ void announce(const Args& a, const Setup& s, const nn::GPT& model, const dist::Z
                   s.ds->files().files().size() > 1 ? detail::str(", ", s.ds->files().files().size(), " files") : "",
                   ") | batch ", a.batch, " x ", a.seq, " x accum ", a.grad_accum,
                   " | steps ", a.steps));
+  if (s.tok) say(detail::str("tokenizer ", s.tok->source(), " (", s.tok->vocab_size(), " tokens)"));
   if (s.resumed) say(detail::str("resumed from ", a.resume, " at step ", first_step));
   s.metrics->write({{"type", "config"},
                     {"params", model.num_parameters()},
@@ -622,13 +656,24 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   }
 
   if (a.sample > 0) {  // collective under ZeRO-3: every rank runs the model, rank 0 prints
-    data::ByteTokenizer tok;
-    auto ids = nn::generate(*model, tok.encode(a.prompt),
+    // With a tokenizer a sample starts a document, as the shards' documents do: <|endoftext|>
+    // (not printed), then the prompt (none by default).
+    std::vector<int64_t> prompt;
+    if (s.tok) {
+      if (s.tok->eot_id()) prompt.push_back(*s.tok->eot_id());
+      const std::vector<int64_t> text = s.tok->encode(app.count("--prompt") ? a.prompt : "");
+      prompt.insert(prompt.end(), text.begin(), text.end());
+    } else {
+      prompt = data::ByteTokenizer().encode(a.prompt);
+    }
+    auto ids = nn::generate(*model, prompt,
                             {.max_new_tokens = a.sample, .temperature = a.temperature, .top_k = a.top_k, .seed = a.seed});
+    if (s.tok && s.tok->eot_id()) ids.erase(ids.begin());
     if (lead)
-      std::printf("---- sample (%lld bytes, temperature %.2f, top-k %lld) ----\n%s\n----\n",
-                  static_cast<long long>(a.sample), a.temperature, static_cast<long long>(a.top_k),
-                  tok.decode(ids).c_str());
+      std::printf("---- sample (%lld %s, temperature %.2f, top-k %lld) ----\n%s\n----\n",
+                  static_cast<long long>(a.sample), s.tok ? "tokens" : "bytes", a.temperature,
+                  static_cast<long long>(a.top_k),
+                  s.tok ? sample_text(*s.tok, ids).c_str() : data::ByteTokenizer().decode(ids).c_str());
   }
   return 0;
 }
@@ -675,11 +720,13 @@ int main(int argc, char** argv) {
   app.add_option("--resume", a.resume, "continue from this checkpoint directory (same trajectory)");
   app.add_option("--init-from", a.init_from, "initialize from a GPT-2-layout safetensors file");
   app.add_flag("--eval-only", a.eval_only, "print the loss on the data read in order from its start, then exit");
-  app.add_option("--sample", a.sample, "generate N bytes at the end (byte vocabulary only)")
+  app.add_option("--sample", a.sample, "generate N tokens at the end (bytes on text; on llm.c shards with --tokenizer)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--prompt", a.prompt, "text to start sampling from (byte vocabulary only)");
+  app.add_option("--prompt", a.prompt,
+                 "text to start sampling from (default: a newline on text; on shards, <|endoftext|> alone, as a "
+                 "document starts)");
   app.add_option("--temperature", a.temperature, "sampling temperature")->check(CLI::PositiveNumber);
-  app.add_option("--top-k", a.top_k, "sample among the k most likely bytes (0: all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--top-k", a.top_k, "sample among the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
   app.add_option("--metrics", a.metrics, "append a JSON line per step (and config, eval lines) to this file");
   app.add_flag("--metrics-all-ranks", a.metrics_all_ranks,
                "every rank writes its own metrics file (FILE with .rank<r> before the extension)");
@@ -717,10 +764,13 @@ int main(int argc, char** argv) {
                  "the GPU's peak bf16 TFLOP/s for MFU (default: from its name, e.g. H100 989, A100 312)")
       ->check(CLI::PositiveNumber);
   app.add_option("--vocab-size", a.vocab_size,
-                 "model vocabulary of a new model (default: the data's, 256 for bytes, GPT-2's 50257 for llm.c "
-                 "shards; it must exceed every token id; larger than 256 on text, to measure speed at that size: the "
-                 "data stay bytes)")
+                 "model vocabulary of a new model (default: the data's, 256 for bytes; for llm.c shards the "
+                 "--tokenizer's, else GPT-2's 50257; it must exceed every token id; larger than 256 on text, to "
+                 "measure speed at that size: the data stay bytes)")
       ->check(CLI::Range(int64_t{256}, int64_t{1} << 24));
+  app.add_option("--tokenizer", a.tokenizer,
+                 "the BPE tokenizer of llm.c shards, for --prompt and --sample: GPT-2's files (a directory with "
+                 "encoder.json and vocab.bpe) or a .tiktoken file; a new model takes its vocabulary size");
   auto init_options = [&]() -> dist::InitOptions {
     if (a.device == "cpu") {
       if (a.dist_backend == "nccl") throw UsageError("--dist-backend nccl needs --device cuda");
@@ -743,5 +793,5 @@ int main(int argc, char** argv) {
           comm.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(a.collective_timeout * 1000)));
         return run(a, app, comm);
       },
-      init_options, /*path_flags=*/{"--data", "--save", "--resume", "--init-from", "--metrics"});
+      init_options, /*path_flags=*/{"--data", "--save", "--resume", "--init-from", "--metrics", "--tokenizer"});
 }

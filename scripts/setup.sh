@@ -20,6 +20,7 @@ if [ "${1:-}" != "--main" ]; then
     googletest libgtest-dev libgmock-dev
     python3 python3-numpy python3-torch libopenblas0-pthread  # reference for tests and benchmarks
     python3-matplotlib     # the walkthrough's pictures (scripts/plot_walkthrough.py)
+    python3-regex          # GPT-2's encoder.py, the BPE tokenizer's reference (tests/data/bpe_tokenizer_test.cpp)
   )
 fi
 

@@ -78,6 +78,20 @@ TEST(LlmcData, TokensComeBackAsWritten) {
   EXPECT_NE(error_of([&] { files.read(6, 3, mid.data()); }).find("outside the stream of 8"), std::string::npos);
 }
 
+// What prepare_tokens writes: llmc_shard_header(n), then n little-endian uint16, is the format read.
+TEST(LlmcData, AShardWrittenWithItsHeaderReadsBack) {
+  TempDir dir;
+  const std::vector<int64_t> tokens{50256, 0, 1, 255, 256, 65535};
+  std::string bytes = llmc_shard_header(static_cast<int64_t>(tokens.size()));
+  EXPECT_EQ(bytes, llmc_shard(tokens).substr(0, kLlmcHeaderBytes));
+  for (int64_t t : tokens) put_le(bytes, static_cast<uint64_t>(t), 2);
+  TokenFiles files(dir.write("w.bin", bytes));
+  EXPECT_EQ(files.format(), TokenFormat::Llmc);
+  EXPECT_EQ(read_all(files), tokens);
+  EXPECT_NE(error_of([] { llmc_shard_header(-1); }).find("not -1"), std::string::npos);
+  EXPECT_NE(error_of([] { llmc_shard_header(int64_t{1} << 31); }).find("2^31 - 1"), std::string::npos);
+}
+
 TEST(LlmcData, APatternsShardsAreOneStreamInNameOrder) {
   TempDir dir;
   const auto a = ids(40, 1), b = ids(3, 2), c = ids(25, 3);

@@ -1,13 +1,17 @@
 """train_gpt end to end: exact resume, eval-only, metrics, learning, the README's export
 workflow (consolidate_checkpoint, --init-from), bf16, gradient accumulation, the memory cap,
-llm.c token shards (GPT-2 vocabulary, glob, resume, their errors), and bad input (exit 2).
+llm.c token shards (GPT-2 vocabulary, glob, resume, their errors), shards from prepare_tokens
+with a BPE tokenizer the test trains (--tokenizer, samples), and bad input (exit 2).
 
 Run by ctest: python3 train_gpt_cli_test.py PATH/TO/train_gpt
 Uses a small generated text file (and tiny llm.c shards) in a temporary directory.
 """
+import base64
+import collections
 import glob
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -50,6 +54,55 @@ GPT2_PATTERN = [50256, 464, 3797, 3332, 319, 262, 2603, 13, 40000, 50255, 198, 1
 
 def pattern_tokens(n, shift):
     return [50256] + [GPT2_PATTERN[(i + shift) % len(GPT2_PATTERN)] for i in range(1, n)]
+
+
+def read_llmc_shard(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    magic, version, n = struct.unpack("<3i", data[:12])
+    assert (magic, version, len(data)) == (20240520, 1, 1024 + 2 * n), path
+    return list(struct.unpack(f"<{n}H", data[1024:]))
+
+
+def train_bpe_tokenizer(directory, text, merges):
+    """A byte-level BPE learned from `text` (the most frequent pair of each step, ties to the
+    smallest ids), written in both formats: DIR/encoder.json + DIR/vocab.bpe (GPT-2's: tokens in
+    its byte alphabet) and DIR.tiktoken. Ids: bytes 0-255, merge k makes 256 + k, then
+    <|endoftext|>. Returns each id's bytes."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    alphabet = {b: chr(b) for b in bs}
+    alphabet.update({b: chr(256 + k) for k, b in enumerate(b for b in range(256) if b not in bs)})
+    words = collections.Counter(re.findall(r" ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+", text))
+    words = [(list(w.encode()), n) for w, n in words.items()]
+    tokens, pairs_made = [bytes([b]) for b in range(256)], []
+    for _ in range(merges):
+        counts = collections.Counter()
+        for w, n in words:
+            for pair in zip(w, w[1:]):
+                counts[pair] += n
+        if not counts:
+            break
+        best = min(counts, key=lambda pair: (-counts[pair], pair))
+        made = len(tokens)
+        tokens.append(tokens[best[0]] + tokens[best[1]])
+        pairs_made.append(best)
+        for w, _ in words:
+            i = 0
+            while i + 1 < len(w):
+                if (w[i], w[i + 1]) == best:
+                    w[i:i + 2] = [made]
+                i += 1
+    show = lambda t: "".join(alphabet[b] for b in t)
+    os.mkdir(directory)
+    encoder = {show(t): i for i, t in enumerate(tokens)}
+    encoder["<|endoftext|>"] = len(tokens)
+    with open(os.path.join(directory, "encoder.json"), "w", encoding="utf-8") as f:
+        json.dump(encoder, f)
+    with open(os.path.join(directory, "vocab.bpe"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "".join(f"{show(tokens[a])} {show(tokens[b])}\n" for a, b in pairs_made))
+    with open(directory + ".tiktoken", "w") as f:
+        f.write("".join(f"{base64.b64encode(t).decode()} {i}\n" for i, t in enumerate(tokens)))
+    return tokens + [b"<|endoftext|>"]
 
 
 class TrainGptCli(unittest.TestCase):
@@ -390,8 +443,8 @@ class TrainGptCli(unittest.TestCase):
             (["--data", self.p("mixed/*.bin")], ["mix formats", "a.bin", "b.bin"]),
             (["--data", shards, "--vocab-size", "1000"],
              ["tiny_train_000000.bin", "token id 50256 at token 0", "vocabulary of 1000 ids", "at least 50257"]),
-            (["--data", shards, "--sample", "20"], ["--sample", "GPT-2 token ids", "no GPT-2 tokenizer"]),
-            (["--data", shards, "--prompt", "hello"], ["--prompt", "no GPT-2 tokenizer"]),
+            (["--data", shards, "--sample", "20"], ["--sample", "token ids", "--tokenizer"]),
+            (["--data", shards, "--prompt", "hello"], ["--prompt", "--tokenizer"]),
         ]
         for args, needles in cases:
             p = run(*SMALL, "--steps", "2", *args, check=False)
@@ -423,6 +476,146 @@ class TrainGptCli(unittest.TestCase):
             self.assertEqual(p.returncode, 2, p.stderr)
             self.assertIn("ranks disagree on the data: rank 0 read 12072 bytes (3 files", p.stderr)
             self.assertIn(needle, p.stderr)
+
+    # ---- BPE tokenizer: prepare_tokens, --tokenizer ----
+
+    def prepare(self, *args, check=True):
+        exe = os.path.join(os.path.dirname(TRAIN_GPT), "prepare_tokens")
+        p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=120)
+        if check and p.returncode != 0:
+            raise AssertionError(f"prepare_tokens {' '.join(args)} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
+        return p
+
+    def bpe_text(self):
+        """The generated text in paragraphs of three lines (a blank line ends each: a document)."""
+        with open(self.data) as f:
+            lines = f.readlines()
+        text = "".join("".join(lines[i:i + 3]) + "\n" for i in range(0, len(lines), 3))
+        path = self.p("paragraphs.txt")
+        with open(path, "w") as f:
+            f.write(text)
+        return path, text
+
+    def test_bpe_shards_from_prepare_tokens_train_resume_and_sample(self):
+        path, text = self.bpe_text()
+        tokens = train_bpe_tokenizer(self.p("tok"), text, 80)
+        eot = len(tokens) - 1
+        os.mkdir(self.p("shards"))
+        prefix = self.p("shards/para")
+        p = self.prepare("--input", path, "--tokenizer", self.p("tok"), "--output", prefix, "--val-tokens", "600",
+                         "--shard-tokens", "2500")
+        names = sorted(os.listdir(self.p("shards")))
+        self.assertEqual(names[0], "para_train_000001.bin")
+        self.assertEqual(names[-1], "para_val_000000.bin")
+        self.assertEqual([n for n in names if not n.startswith("para_")], [])  # no temporary files left
+        shards = [read_llmc_shard(self.p("shards/" + n)) for n in [names[-1], *names[:-1]]]  # val first
+        self.assertGreaterEqual(len(shards), 4, p.stdout)
+        self.assertLessEqual(len(shards[0]), 600)
+        self.assertTrue(all(0 < len(s) <= 2500 and s[0] == eot for s in shards), [len(s) for s in shards])
+        stream = [t for s in shards for t in s]
+        self.assertEqual(stream.count(eot), text.count("\n\n"))  # one per document, before it
+        self.assertEqual(b"".join(tokens[t] for t in stream if t != eot), text.encode())  # exact round trip
+        self.assertLess(len(stream), len(text) / 2)  # the merges apply
+        self.assertIn(f"{len(stream)} tokens in {len(shards)} shard(s)", p.stdout)
+        # Both formats of the tokenizer give the same shards.
+        os.mkdir(self.p("shards2"))
+        self.prepare("--input", path, "--tokenizer", self.p("tok.tiktoken"), "--output", self.p("shards2/para"),
+                     "--val-tokens", "600", "--shard-tokens", "2500")
+        self.assertEqual([read_llmc_shard(self.p("shards2/" + n)) for n in names],
+                         [read_llmc_shard(self.p("shards/" + n)) for n in names])
+        # Documents marked by <|endoftext|> in the text; one document cut into shards of 700.
+        marked = self.p("marked.txt")
+        with open(marked, "w") as f:
+            f.write("<|endoftext|>".join(text.split("\n\n")))
+        with open(marked, "rb") as f:
+            marked_bytes = f.read()
+        for split, out in (("eot", "marked"), ("none", "whole")):
+            self.prepare("--input", marked, "--tokenizer", self.p("tok"), "--output", self.p(f"shards2/{out}"),
+                         "--doc-split", split, "--val-tokens", "0", "--shard-tokens", "700")
+            parts = [read_llmc_shard(p) for p in sorted(glob.glob(self.p(f"shards2/{out}_train_*.bin")))]
+            joined = b"".join(tokens[t] for s in parts for t in s)
+            if split == "eot":  # each marker became the token, before each (non-empty) document
+                docs = [d for d in marked_bytes.split(b"<|endoftext|>") if d]
+                self.assertEqual(joined, b"".join(b"<|endoftext|>" + d for d in docs))
+                self.assertTrue(all(len(s) <= 700 and s[0] == eot for s in parts), [len(s) for s in parts])
+            else:  # one document: the token once, then the text, cut wherever a shard is full
+                self.assertEqual(joined, b"<|endoftext|>" + marked_bytes)
+                self.assertEqual([len(s) for s in parts[:-1]], [700] * (len(parts) - 1))
+                self.assertEqual(sum(t == eot for s in parts for t in s), 1)
+
+        # A new model takes the tokenizer's vocabulary (padded to 128 on shards); resume is exact.
+        train = self.p("shards/para_train_*.bin")
+        base = ["--data", train, "--tokenizer", self.p("tok"), *SMALL, "--steps", "8"]
+        run(*base, "--metrics", self.p("straight.jsonl"))
+        with open(self.p("straight.jsonl")) as f:
+            config = json.loads(f.readline())
+        self.assertEqual((config["model"]["vocab_size"], config["model"]["padded_vocab_size"]), (len(tokens), 384))
+        run(*base, "--stop-after", "4", "--save", self.p("ck"))
+        run("--resume", self.p("ck"), *base, "--save", self.p("ck"), "--metrics", self.p("resumed.jsonl"))
+        straight, resumed = losses(self.p("straight.jsonl")), losses(self.p("resumed.jsonl"))
+        self.assertEqual(sorted(resumed), [5, 6, 7, 8])
+        for s in range(5, 9):
+            self.assertEqual(straight[s], resumed[s], f"step {s}: {straight[s]} != {resumed[s]}")
+        self.assertLess(straight[8], straight[1] - 0.5, straight)
+
+        # Samples decode with either format to the same text: the prompt, then mostly the text's words
+        # (8 steps in, a byte the data never hold can still come up).
+        samples = []
+        for tok in (self.p("tok"), self.p("tok.tiktoken")):
+            out = run("--resume", self.p("ck"), "--data", train, "--tokenizer", tok, *SMALL, "--steps", "8",
+                      "--sample", "30", "--prompt", "the cat").stdout
+            self.assertIn("---- sample (30 tokens, temperature", out)
+            samples.append(out.split("----\n")[1].rsplit("\n----", 1)[0])
+        self.assertEqual(samples[0], samples[1])
+        self.assertTrue(samples[0].startswith("the cat"), samples[0])
+        words = re.findall("[a-z]+", samples[0])
+        self.assertGreater(len(words), 5, samples[0])
+        self.assertGreater(sum(w in set(re.findall("[a-z]+", text)) for w in words), len(words) / 2, samples[0])
+
+    def test_bpe_bad_input_exits_2_with_one_clear_message(self):
+        path, text = self.bpe_text()
+        tokens = train_bpe_tokenizer(self.p("tok"), text, 40)
+        os.mkdir(self.p("shards"))
+        prefix = self.p("shards/para")
+        # Everything in the validation shard: refused, and nothing is left in the directory.
+        p = self.prepare("--input", path, "--tokenizer", self.p("tok"), "--output", prefix, "--val-tokens", "1000000",
+                         check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("all went to the validation shard", p.stderr)
+        self.assertEqual(os.listdir(self.p("shards")), [])
+        self.prepare("--input", path, "--tokenizer", self.p("tok"), "--output", prefix, "--val-tokens", "500")
+        train = prefix + "_train_*.bin"
+        # A vocabulary past uint16: 65536 tokens + <|endoftext|>.
+        with open(self.p("big.tiktoken"), "w") as f:
+            f.write("".join(f"{base64.b64encode(i.to_bytes(1 if i < 256 else 3, 'big')).decode()} {i}\n"
+                            for i in range(65536)))
+        cases = [
+            (["--input", path, "--tokenizer", self.p("tok"), "--output", prefix], ["para_", "an earlier run"]),
+            (["--input", path, "--tokenizer", self.p("big.tiktoken"), "--output", self.p("big")],
+             ["65537 tokens", "at most 65536"]),
+            (["--input", path, "--tokenizer", self.p("nope"), "--output", self.p("x")], ["--tokenizer", "nope"]),
+            (["--input", self.p("nope.txt"), "--tokenizer", self.p("tok"), "--output", self.p("x")], ["nope.txt"]),
+            (["--input", path, "--tokenizer", self.p("tok"), "--output", self.p("no/such/dir/x")], ["no/such/dir"]),
+        ]
+        for args, needles in cases:
+            p = self.prepare(*args, check=False)
+            self.assertEqual(p.returncode, 2, f"{args}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+            for needle in needles:
+                self.assertIn(needle, p.stderr, f"{args}: {p.stderr}")
+        small = [*SMALL, "--steps", "2"]
+        cases = [
+            (["--data", train, "--sample", "5"], ["--sample", "token ids", "--tokenizer"]),
+            (["--data", train, "--tokenizer", self.p("tok"), "--vocab-size", "256"],
+             [f"its vocabulary ({len(tokens)} tokens) is larger than the model's (256)"]),
+            (["--data", self.data, "--tokenizer", self.p("tok"), "--sample", "5"], ["--tokenizer", "the data are text"]),
+            (["--data", train, "--tokenizer", self.p("nope")], ["--tokenizer", "no tokenizer at", "nope"]),
+        ]
+        for args, needles in cases:
+            p = run(*small, *args, check=False)
+            self.assertEqual(p.returncode, 2, f"{args}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+            for needle in needles:
+                self.assertIn(needle, p.stderr, f"{args}: {p.stderr}")
+            self.assertLessEqual(len(p.stderr.strip().splitlines()), 2, p.stderr)
 
     @unittest.skipIf(MPIRUN is None, "no mpirun")
     def test_zero_stages_under_mpirun_report_memory_and_traffic(self):
