@@ -25,6 +25,7 @@ void check_grad_matches(const Node& node, uint32_t slot, const Tensor& g) {
 // Per-thread state of the running backward pass (passes do not nest on one thread).
 struct BackwardState {
   bool running = false;
+  bool retain_graph = false;
   std::vector<std::function<void()>> callbacks;
 };
 thread_local BackwardState t_backward;
@@ -37,6 +38,8 @@ void queue_callback(std::function<void()> f) {
 }
 
 bool in_backward() { return t_backward.running; }
+
+bool graph_retained() { return t_backward.running && t_backward.retain_graph; }
 
 TensorList AccumulateGrad::apply(TensorList grad_outputs) {
   Tensor g = grad_outputs.at(0);
@@ -172,6 +175,7 @@ void backward(const TensorList& roots, const TensorList& grads, bool retain_grap
   MemoryScope scope(MemoryCategory::Activation);
   ZDL_CHECK(!t_backward.running, "backward called from inside a backward pass (reentrant backward is not supported)");
   t_backward.running = true;
+  t_backward.retain_graph = retain_graph;
   t_backward.callbacks.clear();
   struct Reset {
     ~Reset() {

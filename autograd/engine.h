@@ -28,4 +28,8 @@ void queue_callback(std::function<void()> f);
 // True while a backward pass runs on this thread.
 bool in_backward();
 
+// True while a backward pass that keeps the saved tensors (retain_graph) runs on this thread: a
+// node may then not reuse its saved buffers for its gradients.
+bool graph_retained();
+
 }  // namespace zdl::autograd

@@ -120,8 +120,11 @@ Tensor softmax(const Tensor& x, int64_t dim = -1);
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 // Mean cross-entropy of logits [N, V] against targets [N] (i32/i64); targets equal to
 // ignore_index are skipped. Fused: softmax and loss in one pass, backward from saved stats.
-// The loss has the logits' dtype, except for bf16 logits: then it is f32.
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -1);
+// The loss has the logits' dtype, except for bf16 logits: then it is f32. num_classes > 0: the
+// classes are the first num_classes columns of a wider (padded) row, which no slice copies: the
+// padding is never read and its gradient is 0. The gradient is written over the logits when
+// nothing else holds them (the LM head's [B T, V] buffer is then not allocated twice).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -1, int64_t num_classes = 0);
 // Inverted dropout with probability p; the mask of element i is a pure function of
 // (seed, stream, offset + i), so it is reproducible and shardable: a slice of a larger tensor
 // passes its first element's flat index as offset and gets that slice of the larger mask.

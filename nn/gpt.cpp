@@ -54,13 +54,15 @@ Tensor GPT::hidden(const Tensor& ids) {
 }
 
 Tensor GPT::head(const Tensor& ids) {
-  Tensor logits = linear(hidden(ids), wte->weight, Tensor());  // [B, T, Vp], tied LM head
-  if (config.padded_vocab() != config.vocab_size) logits = slice(logits, 2, 0, config.vocab_size);
-  return logits;  // [B, T, V]
+  return linear(hidden(ids), wte->weight, Tensor());  // [B, T, Vp], tied LM head
 }
 
 Tensor GPT::logits(const Tensor& ids) {
-  return call({ids}, [this](const TensorList& in) { return TensorList{head(in[0])}; })[0];
+  return call({ids}, [this](const TensorList& in) {
+    Tensor logits = head(in[0]);
+    if (config.padded_vocab() != config.vocab_size) logits = slice(logits, 2, 0, config.vocab_size);
+    return TensorList{logits};  // [B, T, V]
+  })[0];
 }
 
 Tensor GPT::loss(const Tensor& ids, const Tensor& targets) {
@@ -68,8 +70,11 @@ Tensor GPT::loss(const Tensor& ids, const Tensor& targets) {
   ZDL_CHECK(targets.shape() == ids.shape(), "GPT::loss: targets shape=", shape_str(targets.shape()),
             " != ids shape=", shape_str(ids.shape()));
   return call({ids, targets}, [this](const TensorList& in) {
+    // The padded logits as they are: cross_entropy reads the first V columns (no slice copy)
+    // and writes the gradient over them.
     const int64_t BT = in[0].numel();
-    return TensorList{cross_entropy(reshape(head(in[0]), {BT, config.vocab_size}), reshape(in[1], {BT}))};
+    return TensorList{cross_entropy(reshape(head(in[0]), {BT, config.padded_vocab()}), reshape(in[1], {BT}),
+                                    /*ignore_index=*/-1, config.vocab_size)};
   })[0];
 }
 

@@ -56,7 +56,7 @@ class GPT : public Module {
 
  private:
   Tensor hidden(const Tensor& ids);  // [B, T, C] after ln_f
-  Tensor head(const Tensor& ids);    // [B, T, V] logits, no hooks
+  Tensor head(const Tensor& ids);    // [B, T, Vp] logits (padding included), no hooks
 };
 
 }  // namespace zdl::nn

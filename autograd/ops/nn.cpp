@@ -18,6 +18,7 @@
 //   so bad ones give the CPU's error. See [Note: CUDA ops] below.
 #include <cmath>
 
+#include "autograd/engine.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/ops/bf16_compute.h"
@@ -71,6 +72,26 @@ void check_ln_param(const Tensor& p, const char* arg, const Tensor& x) {
   check_same_dtype(x, p, "layer_norm");
   ZDL_CHECK(p.dim() == 1 && p.size(0) == x.size(-1), "layer_norm: ", arg, " shape=", shape_str(p.shape()),
             " must be [C] with C the last dim of x shape=", shape_str(x.shape()));
+}
+
+// Checks cross_entropy's logits [N, ld], targets [N] and num_classes (0: all ld columns).
+void check_cross_entropy_args(const Tensor& logits, const Tensor& targets, int64_t num_classes) {
+  check_index_dtype("cross_entropy", targets, "targets");
+  check_same_device(logits, targets, "cross_entropy");
+  ZDL_CHECK(logits.dim() == 2 && targets.dim() == 1 && logits.size(0) == targets.size(0),
+            "cross_entropy: expected logits [N, V] and targets [N], got logits shape=", shape_str(logits.shape()),
+            " and targets shape=", shape_str(targets.shape()));
+  ZDL_CHECK(num_classes >= 0 && num_classes <= logits.size(1), "cross_entropy: num_classes=", num_classes,
+            " must be in [0, ", logits.size(1), "] (the logits' columns; 0: all of them), logits shape=",
+            shape_str(logits.shape()));
+}
+
+// Where a backward writes the gradient of its saved input `saved` (dense): over the saved
+// buffer itself when nothing else holds it and the graph is not kept for another backward (the
+// input is dead once its gradient exists: a GPT's logits are the largest activation), else new.
+Tensor gradient_buffer(const Tensor& saved) {
+  if (!autograd::graph_retained() && saved.storage().use_count() == 1) return saved;
+  return Tensor::empty(saved.shape(), saved.dtype(), saved.device());
 }
 
 #ifdef ZDL_WITH_CUDA
@@ -197,13 +218,9 @@ Tensor embedding_cuda(const Tensor& weight, const Tensor& ids) {
   });
 }
 
-Tensor cross_entropy_cuda(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
-  check_index_dtype("cross_entropy", targets, "targets");
-  check_same_device(logits, targets, "cross_entropy");
-  ZDL_CHECK(logits.dim() == 2 && targets.dim() == 1 && logits.size(0) == targets.size(0),
-            "cross_entropy: expected logits [N, V] and targets [N], got logits shape=", shape_str(logits.shape()),
-            " and targets shape=", shape_str(targets.shape()));
-  const int64_t N = logits.size(0), V = logits.size(1);
+Tensor cross_entropy_cuda(const Tensor& logits, const Tensor& targets, int64_t ignore_index, int64_t num_classes) {
+  check_cross_entropy_args(logits, targets, num_classes);
+  const int64_t N = logits.size(0), ld = logits.size(1), V = num_classes > 0 ? num_classes : ld;
   const Device dev = logits.device();
   Tensor lc = dense(logits);
   Tensor tc = dense(targets).detach();
@@ -221,18 +238,18 @@ Tensor cross_entropy_cuda(const Tensor& logits, const Tensor& targets, int64_t i
   Tensor out = Tensor::empty({}, DType::F32, dev);       // the mean loss, f32 for f32 and bf16 logits
   {
     Tensor row_loss = cuda_workspace(static_cast<size_t>(N) * sizeof(float), dev);
-    kcu::cross_entropy_forward(logits.dtype(), targets.dtype(), N, V, lc.raw_data(), tc.raw_data(), ignore_index,
-                               count, row_max.data<float>(), row_lse.data<float>(),
+    kcu::cross_entropy_forward(logits.dtype(), targets.dtype(), N, V, ld, lc.raw_data(), tc.raw_data(),
+                               ignore_index, count, row_max.data<float>(), row_lse.data<float>(),
                                N > 0 ? static_cast<float*>(row_loss.raw_data()) : nullptr, out.data<float>());
   }
   // dloss/dx[n, v] = (softmax(x_n)_v - [v == t_n]) * dloss / count, from the saved max and lse
   return autograd::record(
       "cross_entropy", {logits}, out,
-      [xs = lc.detach(), tc, row_max, row_lse, ignore_index, count, N, V](const TensorList& g) {
-        if (N * V == 0 || count == 0) return TensorList{Tensor::zeros({N, V}, xs.dtype(), xs.device())};
+      [xs = lc.detach(), tc, row_max, row_lse, ignore_index, count, N, V, ld](const TensorList& g) {
+        if (N * ld == 0 || count == 0) return TensorList{Tensor::zeros({N, ld}, xs.dtype(), xs.device())};
         Tensor gl = cuda_grad("cross_entropy", g[0], DType::F32, xs.device());
-        Tensor dl = Tensor::empty({N, V}, xs.dtype(), xs.device());
-        kcu::cross_entropy_backward(xs.dtype(), tc.dtype(), N, V, xs.raw_data(), tc.raw_data(), ignore_index,
+        Tensor dl = gradient_buffer(xs);
+        kcu::cross_entropy_backward(xs.dtype(), tc.dtype(), N, V, ld, xs.raw_data(), tc.raw_data(), ignore_index,
                                     row_max.data<float>(), row_lse.data<float>(), gl.data<float>(), count,
                                     dl.raw_data());
         return TensorList{dl};
@@ -427,20 +444,17 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 
 // ---- cross_entropy ----
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, int64_t num_classes) {
   // bf16 logits: the loss stays f32 (as under PyTorch autocast, losses are reduced in f32);
   // the gradient w.r.t. the logits comes back bf16 through the cast.
-  if (bf16_on_cpu("cross_entropy", {&logits})) return cross_entropy(to_f32(logits), targets, ignore_index);
+  if (bf16_on_cpu("cross_entropy", {&logits}))
+    return cross_entropy(to_f32(logits), targets, ignore_index, num_classes);
 #ifdef ZDL_WITH_CUDA
-  if (on_cuda("cross_entropy", logits)) return cross_entropy_cuda(logits, targets, ignore_index);
+  if (on_cuda("cross_entropy", logits)) return cross_entropy_cuda(logits, targets, ignore_index, num_classes);
 #endif
   check_cpu("cross_entropy", logits);
-  check_index_dtype("cross_entropy", targets, "targets");
-  check_same_device(logits, targets, "cross_entropy");  // both on the CPU: logits were checked
-  ZDL_CHECK(logits.dim() == 2 && targets.dim() == 1 && logits.size(0) == targets.size(0),
-            "cross_entropy: expected logits [N, V] and targets [N], got logits shape=", shape_str(logits.shape()),
-            " and targets shape=", shape_str(targets.shape()));
-  const int64_t N = logits.size(0), V = logits.size(1);
+  check_cross_entropy_args(logits, targets, num_classes);
+  const int64_t N = logits.size(0), ld = logits.size(1), V = num_classes > 0 ? num_classes : ld;
   Tensor lc = dense(logits);
   Tensor tc = dense(targets).detach();
   int64_t count = 0;
@@ -459,8 +473,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
       using T = decltype(tag);
       dispatch_index(targets.dtype(), [&](auto itag) {
         using I = decltype(itag);
-        total = kc::cross_entropy_forward<T, I>(N, V, lc.data<T>(), tc.data<I>(), ignore_index, row_max.data<T>(),
-                                                row_lse.data<T>());
+        total = kc::cross_entropy_forward<T, I>(N, V, ld, lc.data<T>(), tc.data<I>(), ignore_index,
+                                                row_max.data<T>(), row_lse.data<T>());
       });
     });
   }
@@ -470,8 +484,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   //   => dloss/dx[n, v] = (softmax(x_n)_v - [v == t_n]) / count,  softmax_v = exp(x_v - max - lse)
   return autograd::record(
       "cross_entropy", {logits}, out,
-      [xs = lc.detach(), tc, row_max, row_lse, ignore_index, count, N, V](const TensorList& g) {
-        Tensor dl = Tensor::empty({N, V}, xs.dtype(), xs.device());
+      [xs = lc.detach(), tc, row_max, row_lse, ignore_index, count, N, V, ld](const TensorList& g) {
+        Tensor dl = gradient_buffer(xs);
         if (dl.numel() == 0) return TensorList{dl};
         if (count == 0) {
           dl.zero_();
@@ -482,7 +496,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
           using T = decltype(tag);
           dispatch_index(tc.dtype(), [&](auto itag) {
             using I = decltype(itag);
-            kc::cross_entropy_backward<T, I>(N, V, xs.data<T>(), tc.data<I>(), ignore_index, row_max.data<T>(),
+            kc::cross_entropy_backward<T, I>(N, V, ld, xs.data<T>(), tc.data<I>(), ignore_index, row_max.data<T>(),
                                              row_lse.data<T>(), scale, dl.data<T>());
           });
         });

@@ -23,8 +23,8 @@ int64_t cross_entropy_first_bad_target(int64_t N, const I* targets, int64_t V, i
 }
 
 template <class T, class I>
-double cross_entropy_forward(int64_t N, int64_t V, const T* logits, const I* targets, int64_t ignore_index,
-                             T* row_max, T* row_lse) {
+double cross_entropy_forward(int64_t N, int64_t V, int64_t ld, const T* logits, const I* targets,
+                             int64_t ignore_index, T* row_max, T* row_lse) {
   std::vector<double> row_loss(static_cast<size_t>(N), 0.0);
   parallel_for(N, 3 * V, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
@@ -34,7 +34,7 @@ double cross_entropy_forward(int64_t N, int64_t V, const T* logits, const I* tar
         row_lse[n] = T(0);
         continue;
       }
-      const T* x = logits + n * V;
+      const T* x = logits + n * ld;
       T mx = x[0];
       for (int64_t v = 1; v < V; ++v) mx = x[v] > mx ? x[v] : mx;
       double s = 0.0;
@@ -52,29 +52,30 @@ double cross_entropy_forward(int64_t N, int64_t V, const T* logits, const I* tar
 }
 
 template <class T, class I>
-void cross_entropy_backward(int64_t N, int64_t V, const T* logits, const I* targets, int64_t ignore_index,
-                            const T* row_max, const T* row_lse, double scale, T* dlogits) {
+void cross_entropy_backward(int64_t N, int64_t V, int64_t ld, const T* logits, const I* targets,
+                            int64_t ignore_index, const T* row_max, const T* row_lse, double scale, T* dlogits) {
   const T s = static_cast<T>(scale);
-  parallel_for(N, 2 * V, [&](int64_t n0, int64_t n1) {
+  parallel_for(N, 2 * ld, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
-      T* d = dlogits + n * V;
+      T* d = dlogits + n * ld;
       int64_t t = static_cast<int64_t>(targets[n]);
       if (t == ignore_index) {
-        std::fill_n(d, V, T(0));
+        std::fill_n(d, ld, T(0));
         continue;
       }
-      const T* x = logits + n * V;
+      const T* x = logits + n * ld;
       const T shift = row_max[n] + row_lse[n];
       for (int64_t v = 0; v < V; ++v) d[v] = s * std::exp(x[v] - shift);
+      std::fill(d + V, d + ld, T(0));
       d[t] -= s;
     }
   });
 }
 
 #define ZDL_CE_INSTANTIATE(T, I)                                                                                  \
-  template double cross_entropy_forward<T, I>(int64_t, int64_t, const T*, const I*, int64_t, T*, T*);             \
-  template void cross_entropy_backward<T, I>(int64_t, int64_t, const T*, const I*, int64_t, const T*, const T*, \
-                                             double, T*);
+  template double cross_entropy_forward<T, I>(int64_t, int64_t, int64_t, const T*, const I*, int64_t, T*, T*); \
+  template void cross_entropy_backward<T, I>(int64_t, int64_t, int64_t, const T*, const I*, int64_t, const T*,     \
+                                             const T*, double, T*);
 ZDL_CE_INSTANTIATE(float, int32_t)
 ZDL_CE_INSTANTIATE(float, int64_t)
 ZDL_CE_INSTANTIATE(double, int32_t)

@@ -28,8 +28,8 @@ __device__ __forceinline__ double block_sum_f64(double v, double* scratch) {
 // Block per row n (grid-stride). The target check and the row loop bound are the same for
 // the whole block, so every thread reaches the block reductions.
 template <class T, class I>
-__global__ void ce_forward_kernel(int64_t N, int64_t V, const T* logits, const I* targets, int64_t ignore_index,
-                                  float* row_max, float* row_lse, float* row_loss) {
+__global__ void ce_forward_kernel(int64_t N, int64_t V, int64_t ld, const T* logits, const I* targets,
+                                  int64_t ignore_index, float* row_max, float* row_lse, float* row_loss) {
   __shared__ float scratch[32];
   __shared__ double scratch_d[32];
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
@@ -38,7 +38,7 @@ __global__ void ce_forward_kernel(int64_t N, int64_t V, const T* logits, const I
       if (threadIdx.x == 0) row_max[n] = row_lse[n] = row_loss[n] = 0.0f;
       continue;
     }
-    const T* x = logits + n * V;
+    const T* x = logits + n * ld;
     float mx = -INFINITY;
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, to_f(x[v]));
     mx = block_max(mx, scratch);
@@ -64,24 +64,29 @@ __global__ void ce_mean_kernel(int64_t N, const float* row_loss, int64_t count, 
   if (threadIdx.x == 0) loss[0] = count > 0 ? static_cast<float>(s / static_cast<double>(count)) : 0.0f;
 }
 
-// dlogits[n, v] = s * exp(x - max - lse) - s [v == t], s = dloss / count. Block per row.
+// dlogits[n, v] = s * exp(x - max - lse) - s [v == t], s = dloss / count, 0 in the padding
+// v >= V. Block per row; each element is read by the thread that then writes it, so dlogits
+// may be logits.
 template <class T, class I>
-__global__ void ce_backward_kernel(int64_t N, int64_t V, const T* logits, const I* targets, int64_t ignore_index,
-                                   const float* row_max, const float* row_lse, const float* dloss, int64_t count,
-                                   T* dlogits) {
+__global__ void ce_backward_kernel(int64_t N, int64_t V, int64_t ld, const T* logits, const I* targets,
+                                   int64_t ignore_index, const float* row_max, const float* row_lse,
+                                   const float* dloss, int64_t count, T* dlogits) {
   const float s = static_cast<float>(static_cast<double>(dloss[0]) / static_cast<double>(count));
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
-    T* d = dlogits + n * V;
+    T* d = dlogits + n * ld;
     const int64_t t = static_cast<int64_t>(targets[n]);
     if (t == ignore_index) {
-      for (int64_t v = threadIdx.x; v < V; v += blockDim.x) d[v] = from_f<T>(0.0f);
+      for (int64_t v = threadIdx.x; v < ld; v += blockDim.x) d[v] = from_f<T>(0.0f);
       continue;
     }
-    const T* x = logits + n * V;
+    const T* x = logits + n * ld;
     const float shift = row_max[n] + row_lse[n];
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-      float g = __fmul_rn(s, expf(to_f(x[v]) - shift));  // no fma: s p - s rounds as the CPU's two steps
-      if (v == t) g -= s;
+    for (int64_t v = threadIdx.x; v < ld; v += blockDim.x) {
+      float g = 0.0f;
+      if (v < V) {
+        g = __fmul_rn(s, expf(to_f(x[v]) - shift));  // no fma: s p - s rounds as the CPU's two steps
+        if (v == t) g -= s;
+      }
       d[v] = from_f<T>(g);
     }
   }
@@ -98,9 +103,9 @@ void dispatch_ids(DType idtype, const char* what, F&& f) {
 
 }  // namespace
 
-void cross_entropy_forward(DType dtype, DType idtype, int64_t N, int64_t V, const void* logits, const void* targets,
-                           int64_t ignore_index, int64_t count, float* row_max, float* row_lse, float* row_loss,
-                           float* loss) {
+void cross_entropy_forward(DType dtype, DType idtype, int64_t N, int64_t V, int64_t ld, const void* logits,
+                           const void* targets, int64_t ignore_index, int64_t count, float* row_max, float* row_lse,
+                           float* row_loss, float* loss) {
   cudaStream_t s = compute_stream();
   if (N > 0 && count > 0) {
     ZDL_CHECK(V > 0, "cross_entropy (cuda): V must be > 0 when rows are not ignored, got V=", V);
@@ -108,7 +113,7 @@ void cross_entropy_forward(DType dtype, DType idtype, int64_t N, int64_t V, cons
       using T = decltype(tag);
       dispatch_ids(idtype, "cross_entropy (cuda)", [&](auto itag) {
         using I = decltype(itag);
-        ce_forward_kernel<T, I><<<rows_grid(N), kRowBlock, 0, s>>>(N, V, static_cast<const T*>(logits),
+        ce_forward_kernel<T, I><<<rows_grid(N), kRowBlock, 0, s>>>(N, V, ld, static_cast<const T*>(logits),
                                                                    static_cast<const I*>(targets), ignore_index,
                                                                    row_max, row_lse, row_loss);
         ZDL_CUDA_CHECK_LAUNCH();
@@ -127,9 +132,9 @@ void cross_entropy_forward(DType dtype, DType idtype, int64_t N, int64_t V, cons
   }
 }
 
-void cross_entropy_backward(DType dtype, DType idtype, int64_t N, int64_t V, const void* logits, const void* targets,
-                            int64_t ignore_index, const float* row_max, const float* row_lse, const float* dloss,
-                            int64_t count, void* dlogits) {
+void cross_entropy_backward(DType dtype, DType idtype, int64_t N, int64_t V, int64_t ld, const void* logits,
+                            const void* targets, int64_t ignore_index, const float* row_max, const float* row_lse,
+                            const float* dloss, int64_t count, void* dlogits) {
   if (N <= 0 || V <= 0) return;
   ZDL_CHECK(count > 0, "cross_entropy backward (cuda): count must be > 0 (all-ignored batches have zero gradient)");
   cudaStream_t s = compute_stream();
@@ -138,7 +143,7 @@ void cross_entropy_backward(DType dtype, DType idtype, int64_t N, int64_t V, con
     dispatch_ids(idtype, "cross_entropy backward (cuda)", [&](auto itag) {
       using I = decltype(itag);
       ce_backward_kernel<T, I><<<rows_grid(N), kRowBlock, 0, s>>>(
-          N, V, static_cast<const T*>(logits), static_cast<const I*>(targets), ignore_index, row_max, row_lse, dloss,
+          N, V, ld, static_cast<const T*>(logits), static_cast<const I*>(targets), ignore_index, row_max, row_lse, dloss,
           count, static_cast<T*>(dlogits));
       ZDL_CUDA_CHECK_LAUNCH();
     });

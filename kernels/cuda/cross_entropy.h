@@ -1,5 +1,6 @@
 // Fused softmax + cross-entropy over rows of logits (N, V) on CUDA; the CPU twin
-// (kernels/cpu/cross_entropy.h) is the test oracle. Logits f32 or bf16, targets i32 or i64
+// (kernels/cpu/cross_entropy.h) is the test oracle. Rows are ld >= V elements apart (a padded
+// vocabulary: the classes are the first V columns, the padding gets a zero gradient). Logits f32 or bf16, targets i32 or i64
 // (validated first with scan_indices, kernels/cuda/embedding.h), rows whose target equals
 // ignore_index skipped. The statistics (row max, lse = log sum exp(x - max)), the per-row
 // losses and the loss are f32 whatever the logits' dtype.
@@ -21,14 +22,15 @@ namespace zdl::kernels::cuda {
 
 // Writes row_max, row_lse and row_loss (N, f32; 0 on ignored rows) and loss[0] =
 // sum(row_loss) / count (f32; count = non-ignored rows, from scan_indices; 0 when count == 0).
-void cross_entropy_forward(DType dtype, DType idtype, int64_t N, int64_t V, const void* logits, const void* targets,
-                           int64_t ignore_index, int64_t count, float* row_max, float* row_lse, float* row_loss,
-                           float* loss);
+void cross_entropy_forward(DType dtype, DType idtype, int64_t N, int64_t V, int64_t ld, const void* logits,
+                           const void* targets, int64_t ignore_index, int64_t count, float* row_max, float* row_lse,
+                           float* row_loss, float* loss);
 
-// dlogits (N, V, the logits' dtype) = scale * (softmax - onehot) on non-ignored rows, 0 on
-// ignored rows, with scale = dloss[0] / count read on the device (no host sync). count > 0.
-void cross_entropy_backward(DType dtype, DType idtype, int64_t N, int64_t V, const void* logits, const void* targets,
-                            int64_t ignore_index, const float* row_max, const float* row_lse, const float* dloss,
-                            int64_t count, void* dlogits);
+// dlogits (N rows of ld, the logits' dtype) = scale * (softmax - onehot) on non-ignored rows,
+// 0 on ignored rows and in the padding, with scale = dloss[0] / count read on the device (no
+// host sync). count > 0. dlogits may be logits (the gradient replaces them in place).
+void cross_entropy_backward(DType dtype, DType idtype, int64_t N, int64_t V, int64_t ld, const void* logits,
+                            const void* targets, int64_t ignore_index, const float* row_max, const float* row_lse,
+                            const float* dloss, int64_t count, void* dlogits);
 
 }  // namespace zdl::kernels::cuda

@@ -305,6 +305,67 @@ TEST(CrossEntropy, BadTargetsAndShapesThrow) {
   expect_error_containing([&] { cross_entropy(x, Tensor::zeros({3})); }, {"targets", "i32 or i64"});
 }
 
+// The classes as the first num_classes columns of padded rows: the same loss and gradient bits
+// as cross-entropy on the sliced (copied) logits, a zero gradient in the padding.
+TEST(CrossEntropy, PaddedClassesMatchTheSlicedLogits) {
+  const int64_t N = 6, V = 7, ld = 10;
+  std::vector<int64_t> tv = {2, -1, 6, 0, 5, 2};
+  for (DType dt : {DType::F32, DType::F64}) {
+    Tensor padded = Tensor::rand({N, ld}, 81, dt, Device::cpu(), 0, -3.0, 3.0).set_requires_grad(true);
+    Tensor sliced = contiguous(slice(padded, 1, 0, V)).detach().set_requires_grad(true);
+    Tensor lp = cross_entropy(mul(padded, 1.0), ids_tensor(tv, {N}), -1, V);  // a product: nothing else holds it
+    Tensor ls = cross_entropy(sliced, ids_tensor(tv, {N}), -1);
+    EXPECT_EQ(lp.item(), ls.item()) << dtype_name(dt);
+    lp.backward();
+    ls.backward();
+    std::vector<double> gp = padded.grad().to_vector(), gs = sliced.grad().to_vector();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t v = 0; v < ld; ++v)
+        EXPECT_EQ(gp[n * ld + v], v < V ? gs[n * V + v] : 0.0) << dtype_name(dt) << " [" << n << ", " << v << "]";
+  }
+  expect_error_containing([] { cross_entropy(Tensor::zeros({2, 5}), ids_tensor({0, 4}, {2}), -1, 4); },
+                          {"target 4", "V=4"});
+  expect_error_containing([] { cross_entropy(Tensor::zeros({2, 5}), ids_tensor({0, 1}, {2}), -1, 6); },
+                          {"num_classes=6", "[0, 5]"});
+}
+
+// The gradient is written over the logits only when they are dead: not over a leaf's values,
+// not over logits the caller still holds, not when the graph is kept for another backward.
+TEST(CrossEntropy, GradientReusesTheLogitsOnlyWhenNothingElseNeedsThem) {
+  const int64_t N = 4, V = 6;
+  Tensor t = ids_tensor({1, 5, 0, 3}, {N});
+  Tensor x = rand_leaf({N, V}, 82, -2.0, 2.0);
+  const std::vector<double> xv = x.to_vector();
+  cross_entropy(x, t).backward();
+  EXPECT_EQ(x.to_vector(), xv) << "a leaf's values were overwritten";
+  const std::vector<double> want = x.grad().to_vector();
+
+  Tensor y = rand_leaf({N, V}, 82, -2.0, 2.0);  // the same values
+  Tensor held = mul(y, 1.0);
+  const std::vector<double> held_values = held.to_vector();
+  cross_entropy(held, t).backward();
+  EXPECT_EQ(held.to_vector(), held_values) << "logits the caller holds were overwritten";
+  EXPECT_EQ(y.grad().to_vector(), want);
+
+  Tensor z = rand_leaf({N, V}, 82, -2.0, 2.0);
+  Tensor loss = cross_entropy(mul(z, 1.0), t);
+  loss.backward({}, /*retain_graph=*/true);
+  EXPECT_EQ(z.grad().to_vector(), want);
+  z.set_grad(Tensor());
+  loss.backward();  // the saved logits must still be the logits
+  EXPECT_EQ(z.grad().to_vector(), want);
+
+  // Dead logits: the gradient takes their buffer, so the backward allocates no [N, V] for it.
+  Tensor w = rand_leaf({N, V}, 82, -2.0, 2.0);
+  Tensor dead_loss = cross_entropy(mul(w, 1.0), t);
+  const int64_t before = memory_ledger().stats(Device::cpu()).current_of(MemoryCategory::Activation);
+  memory_ledger().reset_peaks(Device::cpu());
+  dead_loss.backward();
+  const int64_t grown = memory_ledger().stats(Device::cpu()).peak_of(MemoryCategory::Activation) - before;
+  EXPECT_EQ(w.grad().to_vector(), want);
+  EXPECT_LT(grown, N * V * 8) << "the gradient did not reuse the dead logits' buffer";
+}
+
 // ---------------- dropout ----------------
 
 TEST(Dropout, MaskFractionIsPAndKeptValuesAreScaled) {

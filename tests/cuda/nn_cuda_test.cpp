@@ -201,6 +201,28 @@ TEST(CudaNn, CrossEntropyMatchesCpu) {
           }
 }
 
+// GPT's head: the classes are the first V columns of rows padded to 50304, and the gradient is
+// written over the (dead) logits: a zero gradient in the padding, the CPU twin's values.
+TEST(CudaNn, CrossEntropyOnPaddedRowsWritesTheGradientInPlace) {
+  ZDL_REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::BF16})
+    for (auto [V, ld] : std::vector<std::pair<int64_t, int64_t>>{{50257, 50304}, {250, 257}}) {
+      Tensor logits = randn({65, ld}, 24, dt, 2.0);
+      std::vector<int64_t> t = random_ids({65}, V, 25).to_int_vector();
+      t[3] = -1;
+      Tensor targets = Tensor::from_vector(t, {65}, DType::I64);
+      auto f = [classes = V](const std::vector<Tensor>& in) {
+        return cross_entropy(mul(in[0], 1.0), in[1], -1, classes);
+      };
+      OpRun g = run_op(f, {logits, targets}, gpu());
+      expect_close(g, run_op(f, {logits, targets}, kCpu), tolerance(dt),
+                   "padded cross_entropy " + name(dt) + " V=" + std::to_string(V));
+      std::vector<double> grad = g.grads[0].to_vector();
+      for (int64_t n = 0; n < 65; ++n)
+        for (int64_t v = V; v < ld; ++v) ASSERT_EQ(grad[static_cast<size_t>(n * ld + v)], 0.0) << n << ", " << v;
+    }
+}
+
 TEST(CudaNn, CrossEntropyAllIgnoredIsZero) {
   ZDL_REQUIRE_GPU();
   auto f = [](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1], -1); };
