@@ -10,12 +10,10 @@
 // Exit codes: 0 done, 2 bad input (usage, missing/corrupted/foreign checkpoint), 1 anything else.
 #include <cstdio>
 #include <exception>
-#include <filesystem>
 #include <string>
 
 #include "core/check.h"
 #include "dist/sharded_checkpoint.h"
-#include "io/file.h"
 #include "io/gpt2_format.h"
 
 int main(int argc, char** argv) {
@@ -41,23 +39,7 @@ int main(int argc, char** argv) {
     const zdl::nn::GPTConfig cfg = zdl::io::gpt_config_from_json(config->second, "the checkpoint's model config");
     // Only OUT itself is created (its parent must exist), and removed again on any failure (e.g.
     // an OUT inside the checkpoint, which consolidate_sharded refuses before writing).
-    std::filesystem::path dir = std::filesystem::path(out).lexically_normal();
-    if (dir.filename().empty()) dir = dir.parent_path();  // "hf_model/" -> "hf_model"
-    const std::filesystem::path parent = dir.has_parent_path() ? dir.parent_path() : ".";
-    ZDL_CHECK(std::filesystem::is_directory(parent), "the directory '", parent.string(), "' (where '", out,
-              "' goes) does not exist");
-    const bool made = std::filesystem::create_directory(dir);
-    try {
-      zdl::dist::consolidate_sharded(ckpt, (dir / zdl::io::kHfWeightsFile).string());
-      const std::string text = zdl::io::hf_gpt2_config_json(cfg);
-      zdl::io::AtomicFileWriter w((dir / "config.json").string());
-      w.write(text.data(), text.size());
-      w.commit();
-    } catch (...) {
-      std::error_code ec;
-      if (made) std::filesystem::remove_all(dir, ec);
-      throw;
-    }
+    zdl::io::write_hf_dir(out, cfg, [&](const std::string& weights) { zdl::dist::consolidate_sharded(ckpt, weights); });
     std::printf("wrote %s (model.safetensors, config.json; step %lld)\n", out.c_str(), static_cast<long long>(st.step));
     return 0;
   } catch (const zdl::Error& e) {

@@ -72,6 +72,7 @@ struct Args {
   int64_t eval_batches = 20;
   double val_fraction = 0.1;
   std::string save;
+  std::string export_hf;  // a Hugging Face directory of the model, written at the end
   int64_t save_every = 0;
   int64_t stop_after = 0;
   std::string resume;
@@ -421,6 +422,14 @@ Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device d
     } catch (const Error& e) {
       throw UsageError(std::string("--save: ") + e.what());
     }
+    if (!a.export_hf.empty() && a.eval_only)
+      throw UsageError("--export-hf writes the model after training, and --eval-only trains nothing; to export a "
+                       "checkpoint, run consolidate_checkpoint CHECKPOINT_DIR OUT_DIR");
+    try {
+      if (comm.rank() == 0 && !a.export_hf.empty()) io::check_hf_dir_destination(a.export_hf);
+    } catch (const Error& e) {
+      throw UsageError(std::string("--export-hf: ") + e.what());
+    }
     try {
       s.metrics = std::make_unique<io::MetricsLog>(a.metrics, comm.rank(), a.metrics_all_ranks);
     } catch (const Error& e) {
@@ -655,6 +664,14 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     }
   }
 
+  if (!a.export_hf.empty()) {  // collective under ZeRO-3: every rank gathers, rank 0 writes
+    dist::GatheredParameters gathered(zero);
+    if (lead) {
+      io::export_hf_dir(*model, a.export_hf, {{"step", std::to_string(ds.position())}});
+      progress.message("exported the model to " + a.export_hf + " (model.safetensors, config.json)");
+    }
+  }
+
   if (a.sample > 0) {  // collective under ZeRO-3: every rank runs the model, rank 0 prints
     // With a tokenizer a sample starts a document, as the shards' documents do: <|endoftext|>
     // (not printed), then the prompt (none by default).
@@ -713,6 +730,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--val-fraction", a.val_fraction, "fraction of the data held out")->check(CLI::Range(0.0, 0.9));
   app.add_option("--save", a.save, "checkpoint directory, written at the end (and every --save-every steps)");
+  app.add_option("--export-hf", a.export_hf,
+                 "at the end, write the model as a Hugging Face directory (model.safetensors, config.json) that "
+                 "transformers' GPT2LMHeadModel.from_pretrained loads as is");
   app.add_option("--save-every", a.save_every, "checkpoint every N steps")->check(CLI::NonNegativeNumber);
   app.add_option("--stop-after", a.stop_after,
                  "stop (and save) after this step; the schedule still spans --steps (a preemption)")
@@ -793,5 +813,5 @@ int main(int argc, char** argv) {
           comm.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(a.collective_timeout * 1000)));
         return run(a, app, comm);
       },
-      init_options, /*path_flags=*/{"--data", "--save", "--resume", "--init-from", "--metrics", "--tokenizer"});
+      init_options, /*path_flags=*/{"--data", "--save", "--resume", "--init-from", "--metrics", "--tokenizer", "--export-hf"});
 }

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <set>
 
 #include "autograd/grad_mode.h"
+#include "io/file.h"
 #include "io/json_fields.h"
 
 namespace zdl::io {
@@ -112,6 +114,42 @@ void export_gpt2(const nn::GPT& model, const std::string& path, const Metadata& 
   Metadata meta = extra_metadata;
   for (auto& [k, v] : gpt2_metadata(cfg)) meta[k] = v;
   save_safetensors(path, out, meta);
+}
+
+namespace {
+std::filesystem::path hf_dir_path(const std::string& dir) {
+  namespace fs = std::filesystem;
+  fs::path d = fs::path(dir).lexically_normal();
+  if (d.filename().empty()) d = d.parent_path();  // "hf_model/" -> "hf_model"
+  const fs::path parent = d.has_parent_path() ? d.parent_path() : ".";
+  ZDL_CHECK(fs::is_directory(parent), "the directory '", parent.string(), "' (where '", dir, "' goes) does not exist");
+  ZDL_CHECK(!fs::exists(d) || fs::is_directory(d), "'", dir, "' exists and is not a directory");
+  return d;
+}
+}  // namespace
+
+void check_hf_dir_destination(const std::string& dir) { hf_dir_path(dir); }
+
+void write_hf_dir(const std::string& dir, const nn::GPTConfig& cfg,
+                  const std::function<void(const std::string& weights_path)>& write_weights) {
+  namespace fs = std::filesystem;
+  const fs::path d = hf_dir_path(dir);
+  const bool made = fs::create_directory(d);
+  try {
+    write_weights((d / kHfWeightsFile).string());
+    const std::string text = hf_gpt2_config_json(cfg);
+    AtomicFileWriter w((d / "config.json").string());
+    w.write(text.data(), text.size());
+    w.commit();
+  } catch (...) {
+    std::error_code ec;
+    if (made) fs::remove_all(d, ec);
+    throw;
+  }
+}
+
+void export_hf_dir(const nn::GPT& model, const std::string& dir, const Metadata& extra_metadata) {
+  write_hf_dir(dir, model.config, [&](const std::string& path) { export_gpt2(model, path, extra_metadata); });
 }
 
 nn::GPTConfig config_from_gpt2_file(const std::string& path, const GPT2ConfigOverrides& overrides) {

@@ -31,6 +31,7 @@
 //   auto fresh = std::make_shared<nn::GPT>(cfg);
 //   io::load_gpt2(*fresh, "gpt2.safetensors");
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,20 @@ std::string gpt_config_to_json(const nn::GPTConfig& cfg);
 std::string hf_gpt2_config_json(const nn::GPTConfig& cfg);
 // The weights' file name in such a directory (what from_pretrained and --init-from DIR read).
 inline constexpr const char* kHfWeightsFile = "model.safetensors";
+
+// Checks where such a directory can go (its parent exists; it is a directory or absent), for a
+// program to refuse a bad path before its work rather than after it; throws naming the problem.
+void check_hf_dir_destination(const std::string& dir);
+
+// Writes such a directory: write_weights(dir/model.safetensors) writes the GPT-2-layout weights,
+// then config.json for `cfg` follows. Each file is replaced atomically; only `dir` itself is
+// created (its parent must exist), and removed again if this call created it and then failed.
+void write_hf_dir(const std::string& dir, const nn::GPTConfig& cfg,
+                  const std::function<void(const std::string& weights_path)>& write_weights);
+
+// A model's directory for GPT2LMHeadModel.from_pretrained (export_gpt2 + config.json), e.g. from
+// a running program (under ZeRO-3 inside dist::GatheredParameters, written by one rank).
+void export_hf_dir(const nn::GPT& model, const std::string& dir, const Metadata& extra_metadata = {});
 // Parses that text strictly (integers must be integers in range; padded_vocab_size, dropout and
 // bias may be absent) and validates the config; errors start with `what`.
 nn::GPTConfig gpt_config_from_json(const std::string& text, const std::string& what);

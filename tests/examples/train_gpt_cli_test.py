@@ -52,6 +52,19 @@ def write_llmc_shard(path, tokens, magic=20240520, version=1, declared=None):
 GPT2_PATTERN = [50256, 464, 3797, 3332, 319, 262, 2603, 13, 40000, 50255, 198, 11, 257, 1110]
 
 
+def read_safetensors(path):
+    """{name: raw bytes} of a safetensors file, and its "__metadata__" dict."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {"__metadata__": header.pop("__metadata__", {})}
+    for name, e in header.items():
+        begin, end = e["data_offsets"]
+        out[name] = (e["dtype"], tuple(e["shape"]), data[begin:end])
+    return out
+
+
 def pattern_tokens(n, shift):
     return [50256] + [GPT2_PATTERN[(i + shift) % len(GPT2_PATTERN)] for i in range(1, n)]
 
@@ -618,6 +631,52 @@ class TrainGptCli(unittest.TestCase):
             self.assertLessEqual(len(p.stderr.strip().splitlines()), 2, p.stderr)
 
     @unittest.skipIf(MPIRUN is None, "no mpirun")
+    def test_export_hf_from_the_run_equals_the_consolidated_checkpoint(self):
+        # A 2-rank ZeRO-3 run writes its Hugging Face directory itself (gathered, rank 0 writes):
+        # the same config.json and the same tensor bytes as consolidating its checkpoint.
+        ck, hf, cons = self.p("ck"), self.p("hf_run"), self.p("hf_cons")
+        out = run("--data", self.data, *SMALL, "--steps", "5", "--zero-stage", "3", "--save", ck, "--export-hf", hf,
+                  ranks=2).stdout
+        self.assertIn("exported the model to", out)
+        consolidate = os.path.join(os.path.dirname(TRAIN_GPT), "consolidate_checkpoint")
+        p = subprocess.run([consolidate, ck, cons], capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(sorted(os.listdir(hf)), ["config.json", "model.safetensors"])
+        with open(os.path.join(hf, "config.json"), "rb") as a, open(os.path.join(cons, "config.json"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        got, want = read_safetensors(os.path.join(hf, "model.safetensors")), read_safetensors(
+            os.path.join(cons, "model.safetensors"))
+        want["__metadata__"].pop("source")  # the consolidation names its source; the rest is the same
+        self.assertEqual(sorted(got), sorted(want))
+        for name in want:
+            self.assertEqual(got[name], want[name], name)
+        self.assertEqual(got["__metadata__"]["step"], "5")
+        from_dir = run("--init-from", hf, "--data", self.data, *SMALL, "--eval-only", "--eval-batches", "4").stdout
+        from_ck = run("--resume", ck, "--data", self.data, *SMALL, "--eval-only", "--eval-batches", "4").stdout
+        self.assertEqual(from_dir, from_ck)
+        # Checked before training: a missing parent, a file in the way, --eval-only.
+        for bad, needle in ((self.p("no/such/dir"), "does not exist"), (self.data, "not a directory")):
+            p = run("--data", self.data, *SMALL, "--steps", "1", "--export-hf", bad, check=False)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(needle, p.stderr)
+        p = run("--data", self.data, *SMALL, "--eval-only", "--export-hf", self.p("x"), check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("consolidate_checkpoint", p.stderr)
+
+    def test_activation_checkpointing_gives_the_same_bits_with_less_memory(self):
+        peaks = {}
+        for k in ("0", "1", "2"):
+            m = self.p(f"ac{k}.jsonl")
+            run("--data", self.data, *SMALL, "--n-layer", "4", "--steps", "4", "--dropout", "0.1",
+                "--zero-stage", "3", "--activation-checkpointing", k, "--metrics", m, ranks=2)
+            rows = [json.loads(l) for l in open(m) if '"loss"' in l]
+            peaks[k] = (losses(m), [r["grad_norm"] for r in rows], max(r["mem"]["peak"] for r in rows))
+        for k in ("1", "2"):
+            self.assertEqual(peaks[k][0], peaks["0"][0], f"--activation-checkpointing {k}: losses differ")
+            self.assertEqual(peaks[k][1], peaks["0"][1], f"--activation-checkpointing {k}: gradient norms differ")
+        self.assertLess(peaks["1"][2], peaks["2"][2])
+        self.assertLess(peaks["2"][2], peaks["0"][2])
+
     def test_zero_stages_under_mpirun_report_memory_and_traffic(self):
         for stage in ("0", "3"):
             m = self.p(f"z{stage}.jsonl")
