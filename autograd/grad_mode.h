@@ -19,6 +19,22 @@ class NoGradGuard {
   bool prev_;
 };
 
+// True while a checkpointed module's forward runs without a graph, to run again with one in the
+// backward (nn/activation_checkpoint.h). An op that picks its implementation by whether it
+// records a graph (cuDNN attention's graph cache) must then pick as if it did, so that the
+// recompute gives the forward's bits.
+bool recomputable_forward();
+class RecomputableForwardGuard {
+ public:
+  RecomputableForwardGuard();
+  ~RecomputableForwardGuard();
+  RecomputableForwardGuard(const RecomputableForwardGuard&) = delete;
+  RecomputableForwardGuard& operator=(const RecomputableForwardGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
 // Turns recording on while alive, also inside a NoGradGuard (activation checkpointing
 // recomputes a forward with a graph from inside the backward pass, which records none).
 class EnableGradGuard {

@@ -313,7 +313,7 @@ build_stage() {
   echo "+ cmake ${args[*]}"
   t cmake "${args[@]}" || { NOTE="configure failed"; return 1; }
   # Where each dependency was found (the configure's proof that the carried prefix is used).
-  grep -E '^(Eigen3_DIR|nlohmann_json_DIR|CLI11_DIR|GTest_DIR|MPI_CXX_HEADER_DIR|MPI_mpich_LIBRARY|MPIEXEC_EXECUTABLE|NCCL_INCLUDE_DIR|NCCL_LIBRARY|CUDAToolkit_BIN_DIR|CUDA_cublas_LIBRARY|CMAKE_CXX_COMPILER|CMAKE_CUDA_COMPILER)(:[A-Z]+)?=' \
+  grep -E '^(Eigen3_DIR|nlohmann_json_DIR|CLI11_DIR|GTest_DIR|MPI_CXX_HEADER_DIR|MPI_mpich_LIBRARY|MPIEXEC_EXECUTABLE|NCCL_INCLUDE_DIR|NCCL_LIBRARY|CUDNN_LIBRARY|ZDL_CUDNN_FRONTEND_DIR|CUDAToolkit_BIN_DIR|CUDA_cublas_LIBRARY|CMAKE_CXX_COMPILER|CMAKE_CUDA_COMPILER)(:[A-Z]+)?=' \
     "$BUILD/CMakeCache.txt" | sed 's/^/   /' >&3
   # shellcheck disable=SC2086
   t cmake --build "$BUILD" -j "$NPROC" -- "${keep[@]}" ${ZDL_GPU_TARGETS:-}
@@ -419,16 +419,19 @@ bench_stage() {
   done
   ((${#scripts[@]})) || { NOTE="no GPU benchmarks (bench/gpu/*.sh, bench/run_gpu*.sh)"; return 3; }
   ((NGPU > 0 || ${ZDL_GPU_FORCE:-0})) || { NOTE="no GPU: ${#scripts[@]} benchmark(s) not run"; return 3; }
-  local ok=0 failed=()
+  local ok=0 failed=() summaries=""
   for f in "${scripts[@]}"; do
-    local n
+    local n line
     n="bench_$(basename "$f" .sh)"
     echo "+ bash $f $BUILD"
     if t bash "$f" "$BUILD" >"$LOGS/$n.log" 2>&1; then ok=$((ok + 1)); else failed+=("$(basename "$f")"); fi
     say "   --- $f: tail of its output ---"
     tail -n 15 "$LOGS/$n.log" | sed 's/^/   | /' >&3
+    # A benchmark's "summary: ..." line (its headline number) goes into the table's note.
+    line="$(grep '^summary: ' "$LOGS/$n.log" | tail -n 1)"
+    [ -n "$line" ] && summaries="$summaries; ${line#summary: }"
   done
-  NOTE="$ok/${#scripts[@]} ran${failed[*]:+; failed: ${failed[*]}}"
+  NOTE="$ok/${#scripts[@]} ran${failed[*]:+; failed: ${failed[*]}}$summaries"
   ((${#failed[@]} == 0))
 }
 

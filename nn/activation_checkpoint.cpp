@@ -112,6 +112,7 @@ TensorList checkpointed_forward(Module& m, const TensorList& inputs,
   TensorList outputs;
   {
     NoGradGuard no_graph;
+    RecomputableForwardGuard as_recomputed;  // ops choose their implementation as the recompute will
     outputs = body(inputs);
   }
   for (const Tensor& x : inputs) node->inputs.push_back(x.defined() ? x.detach() : x);

@@ -20,6 +20,7 @@ if [ "${1:-}" != "--main" ]; then
     googletest libgtest-dev libgmock-dev
     python3 python3-numpy python3-torch libopenblas0-pthread  # reference for tests and benchmarks
     python3-matplotlib     # the walkthrough's pictures (scripts/plot_walkthrough.py)
+    python3-pip            # fetches the cuDNN frontend's headers (scripts/fetch_cudnn_frontend.sh)
     python3-regex          # GPT-2's encoder.py, the BPE tokenizer's reference (tests/data/bpe_tokenizer_test.cpp)
   )
 fi
@@ -44,6 +45,7 @@ if [ "${1:-}" = "--main" ]; then
   :  # run_main.sh decides on CUDA from the GPUs it can see
 elif command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: CUDA toolkit found: the CUDA backend will be built"
+  bash "$(dirname "$0")/fetch_cudnn_frontend.sh"  # cuDNN attention's headers, into third_party/
 else
   echo "setup: no CUDA toolkit: building the CPU backend only"
 fi

@@ -10,6 +10,13 @@
 //
 // CUDA tensors (ZDL_CUDA builds) run kernels/cuda/attention.h: f32 or bf16 natively, the same
 // saved state (q, k, v, out, and lse - in f32 whatever the inputs' dtype), head sizes up to 128.
+// Builds with the cuDNN frontend (ZDL_WITH_CUDNN_FRONTEND) run bf16 through cuDNN's fused flash
+// attention instead (kernels/cuda/cudnn_attention.h), reading q, k, v through their strides
+// (no copies: the views themselves are saved) and saving cuDNN's softmax statistics as lse;
+// see causal_attention_cuda for which calls take it.
+#include <cstdint>
+#include <optional>
+
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/ops/bf16_compute.h"
@@ -18,6 +25,9 @@
 #include "kernels/cpu/attention.h"
 #ifdef ZDL_WITH_CUDA
 #include "kernels/cuda/attention.h"
+#endif
+#ifdef ZDL_WITH_CUDNN_FRONTEND
+#include "kernels/cuda/cudnn_attention.h"
 #endif
 
 namespace zdl {
@@ -29,9 +39,9 @@ namespace {
 
 Tensor contiguous_detached(const Tensor& a) { return a.is_contiguous() ? a.detach() : a.contiguous_copy(); }
 
-Tensor workspace(int64_t elems, DType dtype) {
+Tensor workspace(int64_t elems, DType dtype, Device device = Device::cpu()) {
   MemoryScope scope(MemoryCategory::Workspace);
-  return Tensor::empty({elems}, dtype, Device::cpu());
+  return Tensor::empty({elems}, dtype, device);
 }
 
 void check_attention_shapes(const Tensor& q, const Tensor& k, const Tensor& v) {
@@ -43,18 +53,135 @@ void check_attention_shapes(const Tensor& q, const Tensor& k, const Tensor& v) {
 }
 
 #ifdef ZDL_WITH_CUDA
-// Same contract as the CPU path below (q's dtype checked by on_cuda); the kernels take
-// contiguous [B*NH, T, HS] buffers.
+namespace kcu = kernels::cuda;
+
+// The gradient of causal_attention's output, checked against the output, contiguous.
+Tensor output_gradient(const Tensor& g, DType dt, Device dev) {
+  check_defined(g, "causal_attention backward", "gradient");
+  ZDL_CHECK(g.device() == dev && g.dtype() == dt, "causal_attention backward: gradient on ", g.device().str(),
+            " of dtype ", dtype_name(g.dtype()), " but the output is on ", dev.str(), " of dtype ", dtype_name(dt));
+  return contiguous_detached(g);
+}
+
+// dq, dk, dv by the kernels of kernels/cuda/attention.h from the forward's q, k, v (copied
+// when they are views), out and lse [B, NH, T] f32, and the contiguous output gradient.
+TensorList attention_backward_kernels(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                      const Tensor& lse, const Tensor& dout) {
+  const int64_t BNH = q.size(0) * q.size(1), T = q.size(2), HS = q.size(3);
+  const DType dt = q.dtype();
+  const Device dev = q.device();
+  Tensor qc = contiguous_detached(q), kc = contiguous_detached(k), vc = contiguous_detached(v);
+  Tensor dq = Tensor::empty(q.shape(), dt, dev), dk = Tensor::empty(q.shape(), dt, dev),
+         dv = Tensor::empty(q.shape(), dt, dev);
+  Tensor work = workspace(static_cast<int64_t>(kcu::attention_backward_workspace_bytes(BNH, T) / sizeof(float)),
+                          DType::F32, dev);
+  kcu::causal_attention_backward(dt, BNH, T, HS, qc.raw_data(), kc.raw_data(), vc.raw_data(), out.raw_data(),
+                                 lse.data<float>(), dout.raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data(),
+                                 work.raw_data());
+  return TensorList{dq, dk, dv};
+}
+
+#ifdef ZDL_WITH_CUDNN_FRONTEND
+bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0; }
+
+// `bytes` of device scratch for cuDNN, tagged Workspace (null when none is needed).
+Tensor cudnn_workspace(size_t bytes, Device dev) {
+  return bytes ? workspace(static_cast<int64_t>((bytes + 15) / 16), DType::F32, dev) : Tensor();
+}
+void* pointer_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+
+// The cuDNN problem of q, k, v when cuDNN may take them, else nullopt. cuDNN 9's fused SDPA
+// (the frontend's support surface, cudnn_frontend/node/sdpa_support_surface.h and the backward
+// node's checks in scaled_dot_product_flash_attention.h) takes bf16, a head size that is a
+// multiple of 8 and at most 128 on every GPU it supports (Ampere and newer; Hopper goes to
+// 256), a unit stride on the head dimension, and operands and strides in multiples of 16 bytes
+// (its vector loads; older frontends do not check strides, and cuDNN then reads wrong data);
+// the built-in kernels stop at HS = 128 too, so both paths cover the same shapes. The
+// rest (T = 1 in the backward, a GPU or cuDNN without the engine) is cuDNN's to refuse.
+std::optional<kcu::SdpaProblem> cudnn_problem(const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (!kcu::cudnn_attention_enabled() || q.numel() == 0) return std::nullopt;
+  for (const Tensor* t : {&q, &k, &v}) {
+    const Shape& st = t->strides();
+    if (t->dtype() != DType::BF16 || t->device() != q.device() || st[3] != 1 || st[0] % 8 != 0 || st[1] % 8 != 0 ||
+        st[2] % 8 != 0 || !aligned16(*t))
+      return std::nullopt;
+  }
+  const int64_t HS = q.size(3);
+  if (HS % 8 != 0 || HS > 128) return std::nullopt;
+  kcu::SdpaProblem p{.dtype = q.dtype(), .b = q.size(0), .nh = q.size(1), .t = q.size(2), .hs = HS};
+  for (int d = 0; d < 4; ++d) {
+    p.q_stride[d] = q.strides()[d];
+    p.k_stride[d] = k.strides()[d];
+    p.v_stride[d] = v.strides()[d];
+  }
+  return p;
+}
+
+// causal_attention through cuDNN (its graphs for p exist: forward, and backward when grad).
+Tensor causal_attention_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const kcu::SdpaProblem& p,
+                              size_t forward_workspace, bool grad) {
+  const Device dev = q.device();
+  Tensor out = Tensor::empty(q.shape(), q.dtype(), dev);  // [B, NH, T, HS]
+  // cuDNN's statistics, the lse: saved for the backward, or scratch for inference.
+  Tensor lse = grad ? Tensor::empty({p.b, p.nh, p.t}, DType::F32, dev) : workspace(p.b * p.nh * p.t, DType::F32, dev);
+  {
+    Tensor work = cudnn_workspace(forward_workspace, dev);
+    kcu::cudnn_attention_forward(p, q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.data<float>(),
+                                 pointer_or_null(work));
+  }
+  if (!grad) return out;
+  return autograd::record(
+      "causal_attention", {q, k, v}, out,
+      [p, qs = q.detach(), ks = k.detach(), vs = v.detach(), o = out.detach(), lse](const TensorList& g) {
+        const DType dt = qs.dtype();
+        const Device dev = qs.device();
+        Tensor dout = output_gradient(g[0], dt, dev);
+        if (!aligned16(dout)) dout = dout.contiguous_copy();  // a view at an odd offset; a copy is aligned
+        // Built with the forward; a backward on another thread builds its own, and a refusal
+        // there leaves the kernels, which read the same lse.
+        const std::optional<size_t> bytes =
+            kcu::cudnn_attention_plan(p, kcu::SdpaPass::Backward, kcu::SdpaCaller::Training);
+        if (!bytes) return attention_backward_kernels(qs, ks, vs, o, lse, dout);
+        Tensor dq = Tensor::empty(qs.shape(), dt, dev), dk = Tensor::empty(qs.shape(), dt, dev),
+               dv = Tensor::empty(qs.shape(), dt, dev);
+        Tensor work = cudnn_workspace(*bytes, dev);
+        kcu::cudnn_attention_backward(p, qs.raw_data(), ks.raw_data(), vs.raw_data(), o.raw_data(), dout.raw_data(),
+                                      lse.data<float>(), dq.raw_data(), dk.raw_data(), dv.raw_data(),
+                                      pointer_or_null(work));
+        return TensorList{dq, dk, dv};
+      });
+}
+#endif
+
+// Same contract as the CPU path below (q's dtype checked by on_cuda). Which implementation runs:
+// - cuDNN (ZDL_WITH_CUDNN_FRONTEND builds, not disabled by ZDL_CUDNN_ATTENTION=0) for the
+//   problems cudnn_problem accepts and cuDNN builds graphs for. A call that needs gradients
+//   builds the forward and backward graphs of its shape (once per thread and device), so a
+//   shape cuDNN refuses runs on the kernels in both passes; so does a checkpointed block's
+//   forward (autograd::recomputable_forward), which must give its recompute's bits. Another
+//   call without gradients builds forward graphs for a few new shapes only
+//   (kCudnnInferenceShapes: evaluation) and runs further new ones on the kernels (a sampler
+//   grows its length by a token per call).
+// - otherwise the kernels of kernels/cuda/attention.h on contiguous [B*NH, T, HS] copies.
 Tensor causal_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v) {
-  namespace kcu = kernels::cuda;
   check_attention_shapes(q, k, v);
   const int64_t B = q.size(0), NH = q.size(1), T = q.size(2), HS = q.size(3), BNH = B * NH;
   ZDL_CHECK(HS <= kcu::kAttentionMaxHeadSize, "causal_attention: head size HS=", HS,
             " is not supported on CUDA (at most ", kcu::kAttentionMaxHeadSize, "), q.shape=", shape_str(q.shape()));
+  const bool grad = autograd::needs_grad({q, k, v});
+#ifdef ZDL_WITH_CUDNN_FRONTEND
+  if (const std::optional<kcu::SdpaProblem> p = cudnn_problem(q, k, v)) {
+    // A checkpointed block's forward (no graph) chooses as its recompute (with one) will.
+    const bool training = grad || recomputable_forward();
+    const auto caller = training ? kcu::SdpaCaller::Training : kcu::SdpaCaller::Inference;
+    const std::optional<size_t> forward = kcu::cudnn_attention_plan(*p, kcu::SdpaPass::Forward, caller);
+    if (forward && (!training || kcu::cudnn_attention_plan(*p, kcu::SdpaPass::Backward, caller)))
+      return causal_attention_cudnn(q, k, v, *p, *forward, grad);
+  }
+#endif
   const Device dev = q.device();
   Tensor qc = contiguous_detached(q), kc = contiguous_detached(k), vc = contiguous_detached(v);
   Tensor out = Tensor::empty(q.shape(), q.dtype(), dev);  // [B, NH, T, HS]
-  const bool grad = autograd::needs_grad({q, k, v});
   Tensor lse = grad ? Tensor::empty({B, NH, T}, DType::F32, dev) : Tensor();  // [B, NH, T] f32
   if (out.numel() > 0)
     kcu::causal_attention_forward(q.dtype(), BNH, T, HS, qc.raw_data(), kc.raw_data(), vc.raw_data(), out.raw_data(),
@@ -62,28 +189,9 @@ Tensor causal_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v) 
   if (!grad) return out;
   return autograd::record(
       "causal_attention", {q, k, v}, out, [qc, kc, vc, o = out.detach(), lse](const TensorList& g) {
-        const int64_t B = qc.size(0), NH = qc.size(1), T = qc.size(2), HS = qc.size(3), BNH = B * NH;
-        const DType dt = qc.dtype();
-        const Device dev = qc.device();
-        Tensor dq = Tensor::empty(qc.shape(), dt, dev);
-        Tensor dk = Tensor::empty(qc.shape(), dt, dev);
-        Tensor dv = Tensor::empty(qc.shape(), dt, dev);
-        if (dq.numel() == 0) return TensorList{dq, dk, dv};
-        check_defined(g[0], "causal_attention backward", "gradient");
-        ZDL_CHECK(g[0].device() == dev && g[0].dtype() == dt, "causal_attention backward: gradient on ",
-                  g[0].device().str(), " of dtype ", dtype_name(g[0].dtype()), " but the output is on ", dev.str(),
-                  " of dtype ", dtype_name(dt));
-        Tensor dout = contiguous_detached(g[0]);
-        Tensor work;
-        {
-          MemoryScope scope(MemoryCategory::Workspace);
-          work = Tensor::empty({static_cast<int64_t>(kcu::attention_backward_workspace_bytes(BNH, T) / sizeof(float))},
-                               DType::F32, dev);
-        }
-        kcu::causal_attention_backward(dt, BNH, T, HS, qc.raw_data(), kc.raw_data(), vc.raw_data(), o.raw_data(),
-                                       lse.data<float>(), dout.raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data(),
-                                       work.raw_data());
-        return TensorList{dq, dk, dv};
+        auto empty = [&] { return Tensor::empty(qc.shape(), qc.dtype(), qc.device()); };
+        if (qc.numel() == 0) return TensorList{empty(), empty(), empty()};
+        return attention_backward_kernels(qc, kc, vc, o, lse, output_gradient(g[0], qc.dtype(), qc.device()));
       });
 }
 #endif

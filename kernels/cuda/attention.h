@@ -5,7 +5,7 @@
 // Backward recomputes the probabilities from lse (O(T) saved memory, see [Note: what
 // attention saves] in kernels/cpu/attention.h).
 //
-// A simple, correct kernel, not a fast one (flash-attention tiling is the next step):
+// A simple, correct kernel, not a fast one:
 // - Forward: one warp per query row i with an online softmax over keys j <= i; the 32 lanes
 //   split the head dim (lane l holds elements l, l + 32, ...: coalesced loads), each score is
 //   a warp-shuffle dot product, accumulation in f32.
@@ -14,10 +14,9 @@
 //   2. dQ_i = scale sum_{j<=i} dS_ij k_j, a warp per query row;
 //   3. dK_j = scale sum_{i>=j} dS_ij q_i and dV_j = sum_{i>=j} P_ij dO_i, a warp per key row;
 //   with P_ij = exp(s_ij - lse_i), dS_ij = P_ij (dO_i . v_j - D_i).
-// [Note: cuDNN SDPA] For speed these are to be replaced by cuDNN's fused flash attention
-// (cudnn-frontend SDPA forward/backward graphs with causal masking, bf16 I/O, f32 stats, which
-// save the same softmax stats we call lse) on a GPU session; these kernels then stay as the
-// fallback for head sizes or dtypes cuDNN does not take, and as its oracle.
+// In builds with the cuDNN frontend, bf16 attention runs on cuDNN's fused flash attention
+// instead (kernels/cuda/cudnn_attention.h: the same lse, as cuDNN's softmax statistics); these
+// kernels stay for f32, for shapes cuDNN does not take, and as its oracle.
 #pragma once
 #include <cstdint>
 

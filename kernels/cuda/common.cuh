@@ -1,5 +1,5 @@
 // Shared pieces of the CUDA kernels (only included by .cu files):
-//  - the stream every kernel runs on (the compute stream; collectives use their own),
+//  - the stream every kernel runs on (compute_stream(), kernels/cuda/stream.h),
 //  - grid sizing for grid-stride loops,
 //  - f32 loads/stores of f32 and bf16 elements (all arithmetic is f32, as in the CPU twins'
 //    bf16 path),
@@ -14,11 +14,9 @@
 #include "core/check.h"
 #include "core/cuda_check.h"
 #include "core/dtype.h"
+#include "kernels/cuda/stream.h"
 
 namespace zdl::kernels::cuda {
-
-// The compute stream (per host thread, the one the allocator orders frees on).
-inline cudaStream_t compute_stream() { return cudaStreamPerThread; }
 
 constexpr int kBlock = 256;
 

@@ -1,7 +1,9 @@
 // CUDA causal attention against the CPU op on the same inputs: output and dq, dk, dv, f32
 // (relative 1e-5) and bf16 (1e-2), odd sequence lengths and head sizes (lanes partly idle:
 // HS = 16, 33), the largest supported head size (128), determinism, inference without saved
-// state, and the errors. Every test skips where no GPU is visible.
+// state, and the errors. These are zerodl's own kernels: bf16 cases run with
+// ZDL_CUDNN_ATTENTION=0 (cuDNN's path, taken otherwise where it is built, has its tests in
+// cudnn_attention_test.cpp). Every test skips where no GPU is visible.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -18,6 +20,7 @@ using cuda_test::expect_close;
 using cuda_test::OpRun;
 using cuda_test::rel_diff;
 using cuda_test::run_op;
+using cuda_test::ScopedEnv;
 using cuda_test::tolerance;
 
 namespace {
@@ -58,6 +61,7 @@ TEST(CudaAttention, MatchesCpuAtGpt2Length) {
 
 TEST(CudaAttention, MatchesCpuBf16) {
   ZDL_REQUIRE_GPU();
+  ScopedEnv kernels("ZDL_CUDNN_ATTENTION", "0");
   // The CPU computes on the same bf16 inputs in f32 and rounds once; so do the kernels. One
   // difference: its backward forms D = rowsum(dO * O) with the unrounded f32 output, the CUDA
   // backward with the bf16 output it saved (as flash attention does) - a 2^-9 relative change
@@ -72,6 +76,7 @@ TEST(CudaAttention, MatchesCpuBf16) {
 
 TEST(CudaAttention, IsDeterministic) {
   ZDL_REQUIRE_GPU();
+  ScopedEnv kernels("ZDL_CUDNN_ATTENTION", "0");
   for (DType dt : {DType::F32, DType::BF16}) {
     Shape s = {2, 3, 130, 64};
     expect_bit_equal(run_attention(s, dt, Device::cuda()), run_attention(s, dt, Device::cuda()), describe(s, dt));

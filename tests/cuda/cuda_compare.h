@@ -9,8 +9,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -120,6 +122,26 @@ std::string error_text(F&& f) {
   ADD_FAILURE() << "expected a zdl::Error";
   return "";
 }
+
+// Sets an environment variable for the scope (e.g. ZDL_CUDNN_ATTENTION=0: attention on zerodl's
+// own kernels), restoring the previous value.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_, old_->c_str(), 1);
+    else unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 // f32 inputs compare at 1e-5, bf16 at 1e-2 (one bf16 rounding is 2^-9 relative).
 inline double tolerance(DType dt) { return dt == DType::F32 ? 1e-5 : 1e-2; }
