@@ -2,7 +2,7 @@
 // every number measured on this machine and printed next to the ZeRO paper's closed form
 // (Rajbhandari et al., 2020). docs/walkthrough.md explains each table and picture.
 //
-//   mpirun -np 4 zero_walkthrough                       # N = 4 CPU ranks (about 10 s on 2 cores)
+//   mpirun -np 4 zero_walkthrough                       # N = 4 CPU ranks (about 15 s on 2 cores)
 //   zero_walkthrough                                    # N = 1, no launcher
 //   mpirun -np 4 zero_walkthrough --dtype bf16          # mixed precision: the paper's K = 12
 //   python3 scripts/plot_walkthrough.py --run build     # N = 1, 2, 4, 8, then the pictures
