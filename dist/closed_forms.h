@@ -43,8 +43,8 @@ struct ExpectedTraffic {
 // N > 1 ranks add the all-reduce of the gradient norm's exact square (phase Other).
 std::vector<ExpectedTraffic> traffic_closed_form(ZeroStage stage, int64_t P, int64_t units, int64_t N, ElementBytes e);
 
-// Activation bytes a GPT block keeps from its forward for its backward (f32 on the CPU), per
-// sequence of T tokens and batch row: the forward of L blocks keeps L times this. Counted from
+// Activation bytes a GPT block keeps from its forward for its backward (f32 on the CPU), for a
+// batch of `batch` sequences of `seq` tokens: the forward of L blocks keeps L times this. Counted from
 // the ops: ln_1's output C, q k v in head-major copies 3C, the attention output C with its
 // log-sum-exp NH, the output back in [T, C] layout C, the residual sum C, ln_2's output C, c_fc's
 // output 4C and GELU's 4C, the block's output C, and two LayerNorms' mean and 1/std 4:

@@ -490,8 +490,10 @@ void ZeroPartitioner::prefetch(int from, int direction, CommPhase phase) {
 void ZeroPartitioner::on_forward_pre(ParamUnit& u) {
   if (policy_.shard_parameters) {
     gather(u, CommPhase::ForwardGather, true);
+    // A forward inside the backward is a checkpointed module recomputing the units it contains:
+    // the units after it are done with their backward, and a prefetch would leave one gathered.
     int pos = position_of(block_order_, u);
-    prefetch(pos, +1, CommPhase::ForwardGather);  // the root (pos -1) prefetches the first block
+    if (!autograd::in_backward()) prefetch(pos, +1, CommPhase::ForwardGather);  // the root (pos -1): the first block
   }
   emit(TraceKind::ForwardBegin, &u);
 }

@@ -56,8 +56,11 @@ struct RecomputeNode final : autograd::Node {
       const RandomState& s;
       ~Restore() { set_random_state(m, s); }
     } restore{modules, now};
+    // The forward's position, or none if it ran outside any (the backward may run inside one).
     std::optional<BatchPosition> pos;
+    std::optional<BatchPosition::Hide> no_pos;
     if (position) pos.emplace(*position);
+    else no_pos.emplace();
 
     TensorList xs, wanted;  // wanted: the inputs whose gradient the graph above needs
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -72,6 +75,7 @@ struct RecomputeNode final : autograd::Node {
     TensorList ys;
     {
       EnableGradGuard grad;
+      RecomputableForwardGuard as_forward;  // ops choose as the forward did, whatever needs grad
       ys = body(xs);
     }
     ZDL_CHECK(ys.size() == output_shapes.size(), name(), ": the recompute returned ", ys.size(),
@@ -100,11 +104,24 @@ struct RecomputeNode final : autograd::Node {
 
 TensorList checkpointed_forward(Module& m, const TensorList& inputs,
                                 const std::function<TensorList(const TensorList&)>& body) {
-  bool needs_graph = autograd::needs_grad(inputs);
-  for (const Tensor& p : m.parameters()) needs_graph = needs_graph || p.requires_grad();
+  bool needs_graph = autograd::needs_grad(inputs), hooked = false;
+  for (const Tensor& p : m.parameters()) {
+    needs_graph = needs_graph || p.requires_grad();
+    const AutogradMeta* meta = p.autograd_meta_if();
+    hooked = hooked || (meta && !meta->post_accumulate_hooks.empty());
+  }
   if (!needs_graph) return body(inputs);
+  // Two recomputes of one module accumulate its parameters in two sub-passes, so hooks meant to
+  // run once per backward (ZeRO's reductions) would run after the first.
+  if (auto prev = std::static_pointer_cast<RecomputeNode>(m.pending_recompute_.lock()); prev && prev->body && hooked)
+    throw Error(detail::str(
+        "activation checkpointing: ", m.type_name(), " is called a second time before the backward of its first call, "
+        "and its parameters have post-accumulate hooks (a ZeRO unit, or hooks of your own) that would fire after the "
+        "first call's recompute; checkpoint a module that runs once per forward (one around both calls), or call this "
+        "one without checkpointing"));
 
   auto node = std::make_shared<RecomputeNode>();
+  m.pending_recompute_ = node;
   node->module = &m;
   node->body = body;
   node->random = random_state(subtree(m));
@@ -122,6 +139,12 @@ TensorList checkpointed_forward(Module& m, const TensorList& inputs,
     y = y.detach();
   }
   autograd::connect(node, inputs, outputs);
+  for (Tensor& y : outputs)  // integer outputs (ids passed along) have no gradient
+    if (!is_floating(y.dtype())) {
+      AutogradMeta& meta = y.autograd_meta();
+      meta.requires_grad = false;
+      meta.grad_fn = nullptr;
+    }
   return outputs;
 }
 

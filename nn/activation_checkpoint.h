@@ -15,13 +15,17 @@
 //
 // Under ZeRO-3 a checkpointed unit (a Block) recomputes after its backward pre-hook gathered its
 // parameters for the backward and before its post-backward hook frees them: the recompute adds
-// no all-gather, and traffic stays 3 Psi. (A checkpointed module that contains ZeRO-3 units
-// gathers them once more for the recompute, as a forward would.)
+// no all-gather, and traffic stays 3 Psi. A checkpointed module that contains ZeRO-3 units
+// gathers each of them once more for the recompute (a forward gather without prefetch), and
+// frees it again after.
 //
 // Rules for modules written by hand: the body given to Module::call runs again in backward, so
-// it must capture what it uses by value (or `this`), not references to locals; forward hooks of
-// modules inside a checkpointed one run again in the recompute; a module that draws random
-// numbers outside nn::Dropout overrides random_counters / set_random_counters.
+// it must capture what it uses by value (or `this`), not references to locals, and a tensor it
+// captures must not need a gradient (pass such a tensor as an input); forward hooks of modules
+// inside a checkpointed one run again in the recompute; a module that draws random numbers
+// outside nn::Dropout overrides random_counters / set_random_counters. A checkpointed module may
+// be called several times in one forward, except when its parameters carry post-accumulate hooks
+// (a ZeRO unit's): each recompute accumulates them separately, so that is refused, naming it.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -27,4 +27,7 @@ BatchPosition::~BatchPosition() { t_current = prev_; }
 
 const BatchPosition* BatchPosition::current() { return t_current; }
 
+BatchPosition::Hide::Hide() : prev_(t_current) { t_current = nullptr; }
+BatchPosition::Hide::~Hide() { t_current = prev_; }
+
 }  // namespace zdl::nn

@@ -39,6 +39,19 @@ class BatchPosition {
   // The innermost position alive on this thread, or nullptr.
   static const BatchPosition* current();
 
+  // While alive, no position is current on this thread (activation checkpointing replays a
+  // forward that ran outside any position from inside the backward, which may run in one).
+  class Hide {
+   public:
+    Hide();
+    ~Hide();
+    Hide(const Hide&) = delete;
+    Hide& operator=(const Hide&) = delete;
+
+   private:
+    const BatchPosition* prev_;
+  };
+
   const int64_t step;
   const int64_t first_sequence;
   const uint64_t seed;  // the run's seed for random draws in forward

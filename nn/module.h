@@ -30,6 +30,10 @@
 #include "autograd/ops.h"
 #include "nn/init.h"
 
+namespace zdl::autograd {
+struct Node;
+}
+
 namespace zdl::nn {
 
 using TensorList = std::vector<Tensor>;
@@ -128,6 +132,8 @@ class Module : public std::enable_shared_from_this<Module> {
   std::string type_name_;
   bool training_ = true;
   bool checkpoint_activations_ = false;
+  std::weak_ptr<autograd::Node> pending_recompute_;  // the last checkpointed call's backward node
+  friend TensorList checkpointed_forward(Module&, const TensorList&, const std::function<TensorList(const TensorList&)>&);
   NamedTensors params_;
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

@@ -57,17 +57,29 @@ inline void expect_identical(Communicator& comm, const RunConfig& c) {
 
 // Activation checkpointing changes no bit: with every block or every other block recomputed in
 // backward (dropout on, gradient accumulation), losses and parameters equal the run without it,
-// and one process's run without it.
+// and one process's run without it. Also with units inside the checkpointed blocks (attention
+// and MLP): ZeRO-3 then gathers them again for the recompute, and must leave none gathered.
 inline void expect_checkpointing_identical(Communicator& comm, ZeroStage stage) {
   const RunConfig plain{.stage = stage, .grad_accum = 2, .batch = 8, .dropout = 0.1};
   LocalCommunicator local;
   const RunResult ref = run_zero(local, local_equivalent(plain, comm.size()));
-  for (int64_t every : {0, 1, 2}) {
+  Probe all_freed;
+  all_freed.after_step = [&comm](ZeroPartitioner& z, int step) {
+    if (z.stage() != ZeroStage::Three) return;
+    for (auto& u : z.units())
+      EXPECT_EQ(u->param_state(), ParamState::Sharded)
+          << comm.prefix() << " unit " << u->name << " still gathered after step " << step + 1;
+  };
+  auto inside_blocks = [](const nn::Module& m) {
+    return m.type_name() == "CausalSelfAttention" || m.type_name() == "MLP";
+  };
+  for (int64_t every : {0, 1, 2, -1}) {  // -1: every block, with units inside the blocks
     RunConfig c = plain;
-    c.checkpoint_every = every;
-    const RunResult got = run_zero(comm, c);
-    const std::string what =
-        detail::str(comm.prefix(), " ", stage_name(stage), " N=", comm.size(), " checkpoint every ", every, " block(s)");
+    c.checkpoint_every = every < 0 ? 1 : every;
+    if (every < 0) c.is_unit = inside_blocks;
+    const RunResult got = run_zero(comm, c, all_freed);
+    const std::string what = detail::str(comm.prefix(), " ", stage_name(stage), " N=", comm.size(), " checkpoint every ",
+                                         c.checkpoint_every, " block(s)", every < 0 ? ", units inside the blocks" : "");
     EXPECT_EQ(got.losses, ref.losses) << what << ": losses differ from one process without checkpointing";
     for (auto& [name, v] : ref.params)
       EXPECT_TRUE(got.params.at(name) == v) << what << ": parameter " << name << " differs by "

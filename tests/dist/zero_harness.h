@@ -38,6 +38,8 @@ struct RunConfig {
   double dropout = 0.0;
   // Activation checkpointing of blocks 0, k, 2k, ... (nn::checkpoint_every; 0: off).
   int64_t checkpoint_every = 0;
+  // ZeroOptions::is_unit (empty: the default, the Blocks).
+  std::function<bool(const nn::Module&)> is_unit;
   uint64_t seed = 7;
   // This step's gradient of one parameter of unit h.1 gets a NaN on the last rank, before any
   // reduction (a leaf hook): the step must be detected and skipped (-1: none).
@@ -185,7 +187,8 @@ inline RunResult run_zero(Communicator& comm, const RunConfig& c, const Probe& p
   RunResult r;
   std::shared_ptr<Communicator> shared(&comm, [](Communicator*) {});
   ZeroPartitioner zero(shared, ZeroOptions{.stage = c.stage, .compute_dtype = c.dtype, .device = c.device,
-                                           .prefetch = c.prefetch, .reduction = c.reduction, .no_sync = c.no_sync});
+                                           .prefetch = c.prefetch, .reduction = c.reduction, .no_sync = c.no_sync,
+                                           .is_unit = c.is_unit});
   std::shared_ptr<nn::GPT> model;
   {
     auto scope = zero.placement_scope(c.seed);

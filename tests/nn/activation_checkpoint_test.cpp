@@ -28,6 +28,17 @@ Tensor token_ids(int64_t B, int64_t T, int64_t salt) {
   return Tensor::from_vector(v, {B, T}, DType::I64);
 }
 
+// Two Linears with the same init; the second checkpointed.
+std::pair<std::shared_ptr<Linear>, std::shared_ptr<Linear>> twin_linears(uint64_t seed, int64_t in, int64_t out) {
+  std::shared_ptr<Linear> made[2];
+  for (auto& m : made) {
+    InitContext ctx(seed);
+    m = std::make_shared<Linear>(LinearOptions{in, out});
+  }
+  made[1]->set_activation_checkpointing();
+  return {made[0], made[1]};
+}
+
 bool same_bits(const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined() || a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
   Tensor x = a.contiguous_copy(), y = b.contiguous_copy();
@@ -86,16 +97,7 @@ TEST(ActivationCheckpoint, NestedCheckpointsAndMixedModulesAreBitIdentical) {
 }
 
 TEST(ActivationCheckpoint, ParametersGetGradientsWhenTheInputNeedsNone) {
-  std::shared_ptr<Linear> plain, ckpt;
-  {
-    InitContext ctx(5);
-    plain = std::make_shared<Linear>(LinearOptions{4, 3});
-  }
-  {
-    InitContext ctx(5);
-    ckpt = std::make_shared<Linear>(LinearOptions{4, 3});
-  }
-  ckpt->set_activation_checkpointing();
+  auto [plain, ckpt] = twin_linears(5, 4, 3);
   Tensor x = Tensor::randn({2, 4}, 1);  // needs no gradient
   sum((*plain)(x)).backward();
   Tensor y = (*ckpt)(x);
@@ -126,6 +128,59 @@ TEST(ActivationCheckpoint, RecomputeRunsBetweenTheModulesBackwardHooks) {
   EXPECT_EQ(events, (std::vector<std::string>{"forward"}));
   loss.backward();
   EXPECT_EQ(events, (std::vector<std::string>{"forward", "pre", "forward", "post"}));
+}
+
+// A module called twice (shared weights): right gradients, unless its parameters carry
+// post-accumulate hooks (a ZeRO unit's), which two recomputes would fire too early: refused.
+TEST(ActivationCheckpoint, AModuleCalledTwiceWorksUnlessHooksWouldFireTooEarly) {
+  auto [plain, ckpt] = twin_linears(6, 4, 4);
+  Tensor x = Tensor::randn({3, 4}, 2).set_requires_grad(true);
+  sum((*plain)(gelu((*plain)(x)))).backward();
+  const Tensor want = x.grad().contiguous_copy();
+  x.set_grad(Tensor());
+  sum((*ckpt)(gelu((*ckpt)(x)))).backward();
+  EXPECT_TRUE(same_bits(x.grad(), want));
+  EXPECT_TRUE(same_bits(ckpt->weight.grad(), plain->weight.grad()));
+
+  ckpt->register_post_backward_hook([](Module&) {});
+  Tensor once = (*ckpt)(x);
+  try {
+    (*ckpt)(once);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("called a second time before the backward"), std::string::npos) << e.what();
+  }
+  sum(once).backward();  // the first call's graph still works
+  Tensor again = (*ckpt)(x);  // and after its backward, the module checkpoints again
+  sum(again).backward();
+}
+
+// Integer outputs pass through a checkpointed module without a gradient, and a forward run
+// outside any BatchPosition recomputes outside one even when the backward runs inside one.
+TEST(ActivationCheckpoint, IntegerOutputsAndAForwardOutsideAnyPosition) {
+  struct Tagged : Module {
+    std::shared_ptr<Dropout> drop;
+    Tagged() : Module("Tagged") {
+      InitContext ctx(8);
+      drop = register_module("drop", std::make_shared<Dropout>(0.5));
+    }
+    TensorList run(const Tensor& x, const Tensor& ids) {
+      return call({x, ids}, [this](const TensorList& in) { return TensorList{(*drop)(mul(in[0], 3.0)), in[1]}; });
+    }
+  };
+  Tagged plain, ckpt;
+  ckpt.set_activation_checkpointing();
+  Tensor ids = Tensor::from_vector(std::vector<int64_t>{1, 2, 3}, {3}, DType::I64);
+  Tensor x1 = Tensor::randn({3, 8}, 4).set_requires_grad(true), x2 = x1.detach().contiguous_copy().set_requires_grad(true);
+  TensorList a = plain.run(x1, ids), b = ckpt.run(x2, ids);
+  EXPECT_FALSE(b[1].requires_grad());
+  EXPECT_TRUE(same_bits(a[0], b[0]));
+  {
+    BatchPosition pos(5, 0, 77);  // the backward inside a position the forward did not see
+    sum(a[0]).backward();
+    sum(b[0]).backward();
+  }
+  EXPECT_TRUE(same_bits(x1.grad(), x2.grad()));
 }
 
 // A forward that changes between the pass and its recompute is named, not differentiated wrongly.
