@@ -17,16 +17,14 @@
 // and shards of an earlier run under the same prefix are refused rather than mixed with.
 //
 // Exit codes: 0 done, 2 bad input (flags, files), 1 a failure while writing.
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -93,54 +91,32 @@ class Documents {
   size_t pos_ = 0;
 };
 
-// Shards written to temporary files beside their final names, renamed into place by commit()
-// once all are written; until then the destructor removes every file this object made.
+// Shards written to temporary files beside their final names (io::AtomicFileWriter, closed but
+// not committed), renamed into place by commit() once all are written; until then the destructor
+// removes every file this object made, shards already renamed included.
 class StagedShards {
  public:
   ~StagedShards() {
-    for (size_t i = 0; i < staged_.size(); ++i) ::unlink((i < renamed_ ? staged_[i].path : staged_[i].temp).c_str());
-  }
+    for (size_t i = 0; i < renamed_; ++i) ::unlink(staged_[i]->path().c_str());
+  }  // the writers not committed remove their temporary files themselves
   void write(const std::string& path, const std::vector<uint16_t>& ids) {
-    const fs::path p(path);
-    std::string temp = (p.parent_path() / ("." + p.filename().string() + ".tmp.XXXXXX")).string();
-    const int fd = ::mkstemp(temp.data());
-    ZDL_CHECK(fd >= 0, "cannot create a temporary file for '", path, "': ", std::strerror(errno));
-    staged_.push_back({path, temp});
-    // mkstemp's 0600 would keep the data from other users; a plain new file's mode instead.
-    const mode_t mask = ::umask(0);
-    ::umask(mask);
-    ::fchmod(fd, 0666 & ~mask);
+    // Data for other users too: a plain new file's mode, not mkstemp's 0600.
+    staged_.push_back(std::make_unique<io::AtomicFileWriter>(path, io::AtomicFileWriter::Permissions::Umask));
     std::string bytes = data::llmc_shard_header(static_cast<int64_t>(ids.size()));
     bytes.reserve(bytes.size() + 2 * ids.size());
     for (uint16_t id : ids) bytes += {static_cast<char>(id & 0xFF), static_cast<char>(id >> 8)};  // little-endian
-    size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int err = errno;
-        ::close(fd);
-        ZDL_CHECK(false, "writing '", temp, "' (for '", path, "') failed after ", done, " bytes: ", std::strerror(err));
-      }
-      done += static_cast<size_t>(n);
-    }
-    const bool synced = ::fsync(fd) == 0;
-    const int err = errno;
-    ZDL_CHECK(::close(fd) == 0 && synced, "cannot write '", temp, "' (for '", path, "'): ", std::strerror(err));
+    staged_.back()->write(bytes.data(), bytes.size());
+    staged_.back()->close();
   }
   void commit() {
-    for (; renamed_ < staged_.size(); ++renamed_) io::rename_path(staged_[renamed_].temp, staged_[renamed_].path);
-    if (staged_.empty()) return;
-    const fs::path dir = fs::path(staged_[0].path).parent_path();
-    io::fsync_directory(dir.empty() ? "." : dir.string());
+    // Counted before its rename: a failure after it (the directory's fsync) still removes it.
+    while (renamed_ < staged_.size()) staged_[renamed_++]->commit();
     staged_.clear();
+    renamed_ = 0;
   }
 
  private:
-  struct Staged {
-    std::string path, temp;
-  };
-  std::vector<Staged> staged_;
+  std::vector<std::unique_ptr<io::AtomicFileWriter>> staged_;
   size_t renamed_ = 0;
 };
 

@@ -26,7 +26,7 @@ std::string parent_dir(const std::string& path) {
 
 }  // namespace
 
-AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
+AtomicFileWriter::AtomicFileWriter(std::string path, Permissions permissions) : path_(std::move(path)) {
   std::filesystem::path p(path_);
   ZDL_CHECK(!p.filename().empty(), "AtomicFileWriter: '", path_, "' names no file");
   std::string tmpl = parent_dir(path_) + "/." + p.filename().string() + ".tmp.XXXXXX";
@@ -35,6 +35,11 @@ AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
   fd_ = ::mkstemp(buf.data());
   ZDL_CHECK(fd_ >= 0, "cannot create a temporary file next to '", path_, "' (", tmpl, "): ", errno_str());
   temp_ = buf.data();
+  if (permissions == Permissions::Umask) {
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::fchmod(fd_, 0666 & ~mask);
+  }
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -55,12 +60,17 @@ void AtomicFileWriter::write(const void* data, size_t n) {
   }
 }
 
-void AtomicFileWriter::commit() {
-  ZDL_CHECK(fd_ >= 0, "AtomicFileWriter: '", path_, "' committed twice");
+void AtomicFileWriter::close() {
+  ZDL_CHECK(fd_ >= 0, "AtomicFileWriter: '", path_, "' closed twice");
   ZDL_CHECK(::fsync(fd_) == 0, "fsync of '", temp_, "' failed: ", errno_str());
   int rc = ::close(fd_);
   fd_ = -1;
   ZDL_CHECK(rc == 0, "close of '", temp_, "' failed: ", errno_str());
+}
+
+void AtomicFileWriter::commit() {
+  ZDL_CHECK(!committed_, "AtomicFileWriter: '", path_, "' committed twice");
+  if (fd_ >= 0) close();
   rename_path(temp_, path_);
   committed_ = true;
   fsync_directory(parent_dir(path_));

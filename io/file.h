@@ -20,14 +20,20 @@ namespace zdl::io {
 
 class AtomicFileWriter {
  public:
+  // The new file's permissions: mkstemp's 0600 (checkpoints, exports), or those of a plain new
+  // file under the process's umask (data files meant for other users too).
+  enum class Permissions { OwnerOnly, Umask };
   // Creates "<dir of path>/.<name of path>.tmp.XXXXXX" (mkstemp).
-  explicit AtomicFileWriter(std::string path);
+  explicit AtomicFileWriter(std::string path, Permissions permissions = Permissions::OwnerOnly);
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
 
   void write(const void* data, size_t n);
-  // fsync, close, rename over the target, fsync the directory.
+  // fsync and close: the data is durable under the temporary name, not yet at `path` (for
+  // several files that must appear together: close each, then commit each).
+  void close();
+  // close (if not yet), rename over the target, fsync the directory.
   void commit();
 
   const std::string& path() const { return path_; }
