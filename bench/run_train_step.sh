@@ -11,12 +11,12 @@ build="${1:-$root/build}"
 shift || true
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 source "$root/bench/torch_peer.sh"
+source "$root/bench/result_fields.sh"
 echo "CPU: $cpu_desc; $OMP_NUM_THREADS threads; peer: ${torch_desc:-none}"
 
 if [ $# -gt 0 ]; then shapes=("$*"); else
   shapes=("--layers 4 --heads 4 --embd 256 --seq 128 --batch 8" "--layers 6 --heads 6 --embd 384 --seq 256 --batch 4")
 fi
-field() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 modes=(eager)
 if [ -n "$torch_py" ] && "$torch_py" -c "import torch, sys; sys.exit(0 if hasattr(torch, 'compile') else 1)"; then
   modes+=(compile)
@@ -40,9 +40,7 @@ for shape in "${shapes[@]}"; do
   done
   zt=$(field "$z" tokens_per_s)
   ratio=$(awk -v a="$zt" -v b="$best" 'BEGIN { printf (b > 0 ? "%.2f" : "-"), a / b }')
-  label=$(echo "$shape" | awk '{ for (i = 1; i < NF; i += 2) { k = $i; sub(/^--/, "", k)
-    l = l sprintf("%s%s ", (k == "layers" ? "L" : k == "heads" ? "H" : k == "embd" ? "C" : k == "seq" ? "T" : k == "batch" ? "B" : k "="), $(i + 1)) }
-    print l }')
+  label=$(shape_label "$shape")
   rows+=("$(printf '%-24s %10s %10s %10s %8s' "$label" "$zt" "${cells[0]}" "${cells[1]:--}" "$ratio")")
 done
 printf '\n%-24s %10s %10s %10s %8s\n' "shape (tokens/s)" zerodl "torch" "compile" "z/best"
