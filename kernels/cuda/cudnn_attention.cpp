@@ -36,6 +36,7 @@
 #include "core/check.h"
 #include "core/cuda_check.h"
 #include "kernels/cuda/stream.h"
+#include "kernels/cuda/thread_device_context.h"
 
 namespace zdl::kernels::cuda {
 
@@ -249,14 +250,7 @@ class CudnnContext {
   std::map<Key, Entry> graphs_;
 };
 
-CudnnContext& context() {
-  thread_local std::map<int, std::unique_ptr<CudnnContext>> contexts;
-  int device = 0;
-  ZDL_CUDA_CHECK(cudaGetDevice(&device));
-  auto& c = contexts[device];
-  if (!c) c = std::make_unique<CudnnContext>(device);
-  return *c;
-}
+CudnnContext& context() { return thread_device_context<CudnnContext>(); }
 
 }  // namespace
 

@@ -28,6 +28,7 @@
 #include "core/allocator.h"
 #include "core/memory.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/thread_device_context.h"
 #include "kernels/cuda/matmul.h"
 
 #define ZDL_CUBLAS_CHECK(call)                                                                       \
@@ -234,14 +235,7 @@ class GemmContext {
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;
 };
 
-GemmContext& context() {
-  thread_local std::map<int, std::unique_ptr<GemmContext>> contexts;
-  int device = 0;
-  ZDL_CUDA_CHECK(cudaGetDevice(&device));
-  auto& c = contexts[device];
-  if (!c) c = std::make_unique<GemmContext>(device);
-  return *c;
-}
+GemmContext& context() { return thread_device_context<GemmContext>(); }
 
 void check_args(DType dtype, int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, int64_t lda, bool trans_b,
                 int64_t ldb, int64_t ldc, int64_t stride_c) {
