@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "kernels/cpu/matmul.h"
 
 namespace {
 
@@ -61,12 +62,21 @@ int main(int argc, char** argv) {
   }
   omp_set_num_threads(threads);
   zdl::NoGradGuard no_grad;
-  std::printf("# zerodl cpu ops, %d threads (omp_get_max_threads=%d)\n", threads, omp_get_max_threads());
+  namespace kc = zdl::kernels::cpu;
+  const kc::GemmBackend backend = kc::gemm_backend();
+  std::printf("# zerodl cpu ops, %d threads (omp_get_max_threads=%d), f32 GEMM on %s\n", threads,
+              omp_get_max_threads(), kc::gemm_backend_name(backend));
 
+  // "matmul" is the back end zerodl uses; "matmul/eigen" is Eigen's, shown beside it when the
+  // default is oneDNN (same tiles, same threads).
   for (int64_t S : sizes) {
     zdl::Tensor a = zdl::Tensor::randn({S, S}, 1), b = zdl::Tensor::randn({S, S}, 2);
-    double ms = median_ms([&] { zdl::matmul(a, b); });
-    report("matmul", S, 2.0 * S * S * S, ms);
+    report("matmul", S, 2.0 * S * S * S, median_ms([&] { zdl::matmul(a, b); }));
+    if (backend != kc::GemmBackend::Eigen) {
+      kc::set_gemm_backend(kc::GemmBackend::Eigen);
+      report("matmul/eigen", S, 2.0 * S * S * S, median_ms([&] { zdl::matmul(a, b); }));
+      kc::set_gemm_backend(backend);
+    }
   }
 
   const int64_t B = 2, NH = 4, HS = 64;

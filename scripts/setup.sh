@@ -11,6 +11,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   clang libomp-dev       # preferred compiler: Eigen's GEMM runs ~1.4x faster built by clang 14 than by g++ 12
   libeigen3-dev          # CPU kernels
+  libdnnl-dev            # oneDNN: f32 GEMM 5-10% faster than Eigen's (cmake/ZdlOneDnn.cmake)
   mpich libmpich-dev     # collectives on CPU, launcher (mpirun)
   libcli11-dev nlohmann-json3-dev
 )

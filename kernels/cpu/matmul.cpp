@@ -1,8 +1,18 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #include <omp.h>
+
+#ifndef ZDL_WITH_ONEDNN
+#define ZDL_WITH_ONEDNN 0
+#endif
+#if ZDL_WITH_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 #include "core/check.h"
 #include "kernels/cpu/eigen.h"
@@ -61,11 +71,31 @@ void eigen_product(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, in
   else with_a(RowMajorView<T>(a, M, K, Eigen::OuterStride<>(lda)));
 }
 
+// One product on the calling thread: oneDNN's sgemm for f32 where built with it (a JIT kernel
+// for the CPU it runs on; it starts no threads of its own here, since every caller has set
+// this thread's OpenMP thread count to 1), Eigen's otherwise and for f64.
+template <class T>
+void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b, const T* b,
+                  int64_t ldb, T* c, int64_t ldc, bool accumulate) {
+#if ZDL_WITH_ONEDNN
+  if constexpr (std::is_same_v<T, float>) {
+    if (gemm_backend() == GemmBackend::OneDnn && K > 0) {
+      const dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, 1.0f, a, lda, b, ldb,
+                                          accumulate ? 1.0f : 0.0f, c, ldc);
+      ZDL_CHECK(st == dnnl_success, "gemm: oneDNN sgemm failed (status ", static_cast<int>(st), ") for M=", M,
+                " N=", N, " K=", K);
+      return;
+    }
+  }
+#endif
+  eigen_product(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
+}
+
 // [Note: thread-count invariance] Eigen's own threading re-derives its blocking of K from the
 // thread count, so the same product rounds differently on 1 and 2 threads, and a rank's result
 // would depend on how many cores it was given. Instead C is cut into tiles chosen from the
-// shape alone; each tile is one single-threaded Eigen product (its K blocking depends on K and
-// the cache sizes only), and threads take whole tiles. Every element is then summed in the same
+// shape alone; each tile is one single-threaded product (Eigen's K blocking depends on K and
+// the cache sizes only; oneDNN's kernel on the shape and the CPU), and threads take whole tiles. Every element is then summed in the same
 // order whatever the thread count, which bit-identical training across world sizes relies on
 // (docs/exactness.md).
 constexpr int64_t kTileRows = 256, kMinTileCols = 64, kWantTiles = 8;
@@ -85,12 +115,13 @@ void gemm_unchecked(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, i
     if (mm <= 0 || nn <= 0) return;
     const T* at = trans_a ? a + m0 : a + m0 * lda;
     const T* bt = trans_b ? b + n0 * ldb : b + n0;
-    eigen_product(mm, nn, K, trans_a, at, lda, trans_b, bt, ldb, c + m0 * ldc + n0, ldc, accumulate);
+    tile_product(mm, nn, K, trans_a, at, lda, trans_b, bt, ldb, c + m0 * ldc + n0, ldc, accumulate);
   };
   const int64_t tiles = tiles_m * tiles_n;
   const bool parallel = tiles > 1 && !omp_in_parallel() && omp_get_max_threads() > 1 && M * N * K >= kSmallProduct;
   if (!parallel) {
-    // Eigen must not start threads of its own here either (it reads this thread's nthreads).
+    // Eigen and oneDNN must not start threads of their own here either (they read this
+    // thread's nthreads).
     const int saved = omp_get_max_threads();
     if (saved > 1) omp_set_num_threads(1);
     for (int64_t i = 0; i < tiles; ++i) tile(i);
@@ -99,13 +130,42 @@ void gemm_unchecked(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, i
   }
 #pragma omp parallel
   {
-    omp_set_num_threads(1);  // this thread's Eigen products stay single-threaded
+    omp_set_num_threads(1);  // this thread's products stay single-threaded
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < tiles; ++i) tile(i);
   }
 }
 
 }  // namespace
+
+namespace {
+// The default: ZDL_CPU_GEMM if set, else oneDNN where built.
+GemmBackend backend_from_environment() {
+  const char* env = std::getenv("ZDL_CPU_GEMM");
+  if (env == nullptr || *env == '\0') return ZDL_WITH_ONEDNN ? GemmBackend::OneDnn : GemmBackend::Eigen;
+  if (std::strcmp(env, "eigen") == 0) return GemmBackend::Eigen;
+  ZDL_CHECK(std::strcmp(env, "onednn") == 0, "ZDL_CPU_GEMM must be eigen or onednn, got '", env, "'");
+  return GemmBackend::OneDnn;
+}
+GemmBackend& current_backend() {
+  static GemmBackend chosen = [] {
+    const GemmBackend b = backend_from_environment();
+    ZDL_CHECK(gemm_backend_available(b), "ZDL_CPU_GEMM=onednn, but this build has no oneDNN (scripts/setup.sh ",
+              "installs libdnnl-dev; cmake/ZdlOneDnn.cmake finds it)");
+    return b;
+  }();
+  return chosen;
+}
+}  // namespace
+
+bool gemm_backend_available(GemmBackend b) { return b == GemmBackend::Eigen || ZDL_WITH_ONEDNN; }
+GemmBackend gemm_backend() { return current_backend(); }
+void set_gemm_backend(GemmBackend b) {
+  ZDL_CHECK(gemm_backend_available(b), "set_gemm_backend: this build has no oneDNN");
+  current_backend() = b;
+}
+
+const char* gemm_backend_name(GemmBackend b) { return b == GemmBackend::OneDnn ? "onednn" : "eigen"; }
 
 template <class T>
 void gemm(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b, const T* b,

@@ -8,11 +8,15 @@
 // backward multiply by transposes (dA = dC B^T, dB = A^T dC) and let transposed views of
 // inputs in without a copy. C is always plain row-major.
 //
-// Threading. Eigen's GEMM splits one large product over the OpenMP threads itself and runs
-// single-threaded when called inside a parallel region (it checks omp_get_num_threads()),
-// so the batched kernel either loops over the batch and lets Eigen parallelize each product
-// (few large matrices) or parallelizes over the batch with Eigen serial inside (many small
-// ones); it never nests the two.
+// Back end. f32 products run on oneDNN's sgemm where the build found it (cmake/ZdlOneDnn.cmake),
+// else on Eigen's, as f64 products always do. ZDL_CPU_GEMM=eigen (or onednn) in the environment
+// picks one at run time, for comparisons; either way the results do not depend on the thread
+// count (the note in matmul.cpp).
+//
+// Threading. One large product is cut into tiles that the OpenMP threads share, each tile a
+// single-threaded product; the batched kernel either runs its products one after another, each
+// tiled that way (few large matrices), or spreads the batch over the threads with each product
+// serial (many small ones); it never nests the two.
 //
 //   // y[B*T, out] = x[B*T, in] @ w[out, in]^T
 //   gemm<float>(BT, out, in, false, x, in, true, w, in, y, out, /*accumulate=*/false);
@@ -20,6 +24,15 @@
 #include <cstdint>
 
 namespace zdl::kernels::cpu {
+
+enum class GemmBackend { Eigen, OneDnn };
+// The back end f32 products use (first read from ZDL_CPU_GEMM; throws on a bad value, or on
+// onednn in a build without it). set_gemm_backend switches it for the whole process, for tests
+// and benchmarks; call it between steps, never while a product runs.
+GemmBackend gemm_backend();
+bool gemm_backend_available(GemmBackend b);
+void set_gemm_backend(GemmBackend b);
+const char* gemm_backend_name(GemmBackend b);
 
 // C = op(A) op(B), or C += op(A) op(B) when accumulate. K == 0 gives C = 0 (or leaves C).
 template <class T>

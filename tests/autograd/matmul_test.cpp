@@ -1,8 +1,11 @@
 // matmul and linear: gradients against finite differences (f64), forward against a plain
 // triple loop (f32), transposed layouts read in place, and shape/dtype errors that show both
 // sides.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -126,6 +129,44 @@ TEST(Matmul, KernelTransposeFlagsMatchReference) {
         kernels::cpu::gemm_reference<double>(M, N, K, ta, a.data(), ld, tb, b.data(), ld, r.data(), ld, acc);
         expect_close(c, r, 1e-12);
       }
+}
+
+TEST(Matmul, F32BackendsMatchReference) {
+  // Each f32 back end this build has (Eigen; oneDNN's sgemm where found) against the plain twin:
+  // every transpose and accumulate combination, leading dimensions beyond the rows, one product
+  // small enough to run untiled and one that is tiled. Without accumulate, C's old contents
+  // (NaN here) must not leak into the result.
+  const kernels::cpu::GemmBackend saved = kernels::cpu::gemm_backend();
+  int tested = 0;
+  for (auto backend : {kernels::cpu::GemmBackend::Eigen, kernels::cpu::GemmBackend::OneDnn}) {
+    if (!kernels::cpu::gemm_backend_available(backend)) continue;
+    kernels::cpu::set_gemm_backend(backend);
+    ++tested;
+    for (auto [M, N, K] : {std::array<int64_t, 3>{7, 5, 6}, std::array<int64_t, 3>{300, 200, 150}}) {
+      const int64_t ld = std::max({M, N, K}) + 3;
+      std::vector<float> a(static_cast<size_t>(ld * ld)), b(a.size()), c0(a.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        a[i] = static_cast<float>(std::sin(0.3 * i));
+        b[i] = static_cast<float>(std::cos(0.7 * i));
+        c0[i] = static_cast<float>(0.01 * (i % 100));
+      }
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (bool acc : {false, true}) {
+            std::vector<float> c = c0, r = c0;
+            if (!acc) std::fill(c.begin(), c.end(), std::nanf(""));
+            kernels::cpu::gemm<float>(M, N, K, ta, a.data(), ld, tb, b.data(), ld, c.data(), ld, acc);
+            kernels::cpu::gemm_reference<float>(M, N, K, ta, a.data(), ld, tb, b.data(), ld, r.data(), ld, acc);
+            for (int64_t m = 0; m < M; ++m)
+              for (int64_t n = 0; n < N; ++n)
+                ASSERT_NEAR(c[m * ld + n], r[m * ld + n], 1e-5 * K)
+                    << kernels::cpu::gemm_backend_name(backend) << " M=" << M << " N=" << N << " K=" << K
+                    << " ta=" << ta << " tb=" << tb << " acc=" << acc << " at (" << m << ", " << n << ")";
+          }
+    }
+  }
+  kernels::cpu::set_gemm_backend(saved);
+  EXPECT_GE(tested, 1);
 }
 
 TEST(Matmul, EmptyInnerDimensionGivesZeros) {
