@@ -5,6 +5,8 @@
 # Without shape flags it measures two shapes: L4 H4 C256 T128 B8, and nanoGPT's shakespeare-char
 # shape L6 H6 C384 T256 B4. The peer is PyPI's torch from bench/setup_torch_venv.sh where
 # installed (else Debian's 1.13, eager only). The ratio is zerodl over the better torch mode.
+# Where the CPU has AVX512-BF16 each shape is measured in bf16 too: zerodl's mixed precision
+# (train_step_bench --dtype bf16) next to torch's autocast to bfloat16 (DTYPES=f32 to skip it).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
@@ -22,26 +24,45 @@ if [ -n "$torch_py" ] && "$torch_py" -c "import torch, sys; sys.exit(0 if hasatt
   modes+=(compile)
 fi
 
-rows=()
-for shape in "${shapes[@]}"; do
-  # shellcheck disable=SC2086
-  z=$("$build/bench/train_step_bench" $shape)
-  best=0 best_mode="-"
-  cells=()
-  for m in "${modes[@]}"; do
-    t=""
-    if [ -n "$torch_py" ]; then
+dtypes=(${DTYPES:-f32 bf16})
+if ! grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then dtypes=(f32); fi
+
+# ROUNDS=N repeats every measurement N times, alternating the two sides, and keeps each cell's
+# best: on a shared machine other load only ever slows a run down.
+rounds=${ROUNDS:-1}
+declare -A tok  # [side|dtype|shape] -> best tokens/s
+keep() { local v=$2; [ -n "$v" ] && { [ -z "${tok[$1]:-}" ] || [ "$v" -gt "${tok[$1]}" ]; } && tok[$1]=$v; return 0; }
+for ((round = 0; round < rounds; round++)); do
+  for dtype in "${dtypes[@]}"; do
+    for shape in "${shapes[@]}"; do
       # shellcheck disable=SC2086
-      t=$("$torch_py" "$root/bench/torch_train_step.py" --threads "$OMP_NUM_THREADS" --mode "$m" $shape 2>/dev/null) || t=""
-    fi
-    v=$(field "$t" tokens_per_s)
-    cells+=("${v:--}")
-    if [ -n "$v" ] && [ "$v" -gt "$best" ]; then best=$v best_mode=$m; fi
+      keep "zerodl|$dtype|$shape" "$(field "$("$build/bench/train_step_bench" $shape --dtype "$dtype")" tokens_per_s)"
+      [ -n "$torch_py" ] || continue
+      for m in "${modes[@]}"; do
+        # shellcheck disable=SC2086
+        t=$("$torch_py" "$root/bench/torch_train_step.py" --threads "$OMP_NUM_THREADS" --mode "$m" --dtype "$dtype" \
+          $shape 2>/dev/null) || t=""
+        keep "$m|$dtype|$shape" "$(field "$t" tokens_per_s)"
+      done
+    done
   done
-  zt=$(field "$z" tokens_per_s)
-  ratio=$(awk -v a="$zt" -v b="$best" 'BEGIN { printf (b > 0 ? "%.2f" : "-"), a / b }')
-  label=$(shape_label "$shape")
-  rows+=("$(printf '%-24s %10s %10s %10s %8s' "$label" "$zt" "${cells[0]}" "${cells[1]:--}" "$ratio")")
 done
-printf '\n%-24s %10s %10s %10s %8s\n' "shape (tokens/s)" zerodl "torch" "compile" "z/best"
+
+rows=()
+for dtype in "${dtypes[@]}"; do
+  for shape in "${shapes[@]}"; do
+    zt=${tok["zerodl|$dtype|$shape"]:-}
+    best=0
+    cells=()
+    for m in "${modes[@]}"; do
+      v=${tok["$m|$dtype|$shape"]:-}
+      cells+=("${v:--}")
+      if [ -n "$v" ] && [ "$v" -gt "$best" ]; then best=$v; fi
+    done
+    ratio=$(awk -v a="$zt" -v b="$best" 'BEGIN { printf (a > 0 && b > 0 ? "%.2f" : "-"), a / b }')
+    label="$(shape_label "$shape") $dtype"
+    rows+=("$(printf '%-29s %10s %10s %10s %8s' "$label" "${zt:--}" "${cells[0]}" "${cells[1]:--}" "$ratio")")
+  done
+done
+printf '\n%-29s %10s %10s %10s %8s\n' "shape dtype (tokens/s)" zerodl "torch" "compile" "z/best"
 printf '%s\n' "${rows[@]}"

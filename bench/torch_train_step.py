@@ -46,6 +46,11 @@ class GPT(nn.Module):
         self.h = nn.ModuleList(Block(C, H) for _ in range(L))
         self.ln_f = nn.LayerNorm(C)
         self.checkpoint = checkpoint  # recompute blocks 0, k, 2k, ... in the backward (0: off)
+        for m in self.modules():  # GPT-2's initialization, as zerodl's: N(0, 0.02) matrices, zero biases
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear):
+                nn.init.zeros_(m.bias)
 
     def forward(self, idx, targets):
         x = self.wte(idx) + self.wpe(torch.arange(idx.size(1)))
@@ -70,6 +75,7 @@ def parse_args(argv=None):
                      checkpoint=0).items():
         p.add_argument("--" + k, type=int, default=v)
     p.add_argument("--mode", choices=("eager", "compile"), default="eager")
+    p.add_argument("--dtype", choices=("f32", "bf16"), default="f32")
     return p.parse_args(argv)
 
 
@@ -87,7 +93,8 @@ def make_step(a):
         return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
 
     def step(x, y):
-        loss = forward(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+            loss = forward(x, y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -6,6 +6,9 @@
 //                     --checkpoint K]
 // --checkpoint K: activation checkpointing of blocks 0, K, 2K, ... (0: off); the line then also
 // gives the step's activation peak (bytes, from the memory ledger).
+// --dtype bf16: mixed precision as train_gpt --dtype bf16 runs it (bf16 parameters, activations
+// and gradients; f32 masters and AdamW moments), through dist::Trainer on one rank; f32 (the
+// default) is the plain loop below. Torch's twin is autocast (bench/torch_train_step.py).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
+#include "dist/trainer.h"
+#include "dist/zero.h"
+#include "dist/zero_optimizer.h"
 #include "nn/activation_checkpoint.h"
 #include "nn/gpt.h"
 #include "nn/parameter_factory.h"
@@ -24,10 +31,17 @@ using namespace zdl;
 
 int main(int argc, char** argv) {
   int64_t L = 4, H = 4, C = 256, T = 128, B = 8, V = 256, steps = 20, warmup = 3, checkpoint = 0;
+  bool bf16 = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     int64_t v = std::atoll(argv[i + 1]);
-    if (k == "--layers") L = v;
+    if (k == "--dtype") {
+      bf16 = std::strcmp(argv[i + 1], "bf16") == 0;
+      if (!bf16 && std::strcmp(argv[i + 1], "f32") != 0) {
+        std::fprintf(stderr, "--dtype must be f32 or bf16, got %s\n", argv[i + 1]);
+        return 2;
+      }
+    } else if (k == "--layers") L = v;
     else if (k == "--heads") H = v;
     else if (k == "--embd") C = v;
     else if (k == "--seq") T = v;
@@ -43,12 +57,32 @@ int main(int argc, char** argv) {
   }
   nn::GPTConfig cfg{.vocab_size = V, .block_size = T, .n_layer = L, .n_head = H, .n_embd = C};
   std::shared_ptr<nn::GPT> model;
-  {
+  std::shared_ptr<dist::Communicator> comm;
+  std::unique_ptr<dist::ZeroPartitioner> zero;
+  if (bf16) {
+    comm = dist::init();
+    zero = std::make_unique<dist::ZeroPartitioner>(
+        comm, dist::ZeroOptions{.stage = dist::ZeroStage::DDP, .compute_dtype = DType::BF16});
+  }
+  if (bf16) {
+    auto scope = zero->placement_scope(/*seed=*/1);
+    model = std::make_shared<nn::GPT>(cfg);
+  } else {
     nn::InitContext ctx(1);
     model = std::make_shared<nn::GPT>(cfg);
   }
   nn::checkpoint_every(model->h, checkpoint);
-  optim::AdamW opt(optim::decay_groups(*model, 0.1), {.lr = 3e-4});
+  std::unique_ptr<optim::AdamW> opt;
+  std::unique_ptr<dist::ZeroAdamW> zero_opt;
+  std::unique_ptr<dist::Trainer> trainer;
+  if (bf16) {
+    zero->wrap(*model);
+    zero_opt = std::make_unique<dist::ZeroAdamW>(*zero, optim::AdamWOptions{.lr = 3e-4}, /*weight_decay=*/0.1);
+    trainer = std::make_unique<dist::Trainer>(*zero, *zero_opt, dist::TrainerOptions{.micro_batch = B});
+  } else {
+    opt = std::make_unique<optim::AdamW>(optim::decay_groups(*model, 0.1), optim::AdamWOptions{.lr = 3e-4});
+  }
+  model->train();
   int64_t activation_peak = 0;
   std::vector<double> ms;
   double loss = 0;
@@ -58,19 +92,25 @@ int main(int argc, char** argv) {
     const int64_t act0 = memory_ledger().stats(Device::cpu()).current_of(MemoryCategory::Activation);
     memory_ledger().reset_peaks(Device::cpu());
     auto t0 = std::chrono::steady_clock::now();
-    Tensor l = model->loss(x, y);
-    l.backward();
-    opt.step();
-    opt.zero_grad();
-    loss = l.item();
+    if (bf16) {
+      auto rows = [&](int64_t, int64_t, int64_t) { return dist::Trainer::Batch{x, y}; };
+      auto loss_fn = [&](const Tensor& in, const Tensor& target) { return model->loss(in, target); };
+      loss = trainer->step(s, rows, loss_fn).loss;
+    } else {
+      Tensor l = model->loss(x, y);
+      l.backward();
+      opt->step();
+      opt->zero_grad();
+      loss = l.item();
+    }
     auto t1 = std::chrono::steady_clock::now();
     if (s >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     activation_peak = memory_ledger().stats(Device::cpu()).peak_of(MemoryCategory::Activation) - act0;
   }
   std::sort(ms.begin(), ms.end());
   double med = ms[ms.size() / 2];
-  std::printf("zerodl params=%lld step_ms=%.2f tokens_per_s=%.0f loss=%.17g activation_peak=%lld\n",
-              static_cast<long long>(model->num_parameters()), med, B * T / (med / 1000.0), loss,
+  std::printf("zerodl dtype=%s params=%lld step_ms=%.2f tokens_per_s=%.0f loss=%.17g activation_peak=%lld\n",
+              bf16 ? "bf16" : "f32", static_cast<long long>(model->num_parameters()), med, B * T / (med / 1000.0), loss,
               static_cast<long long>(activation_peak));
   return 0;
 }

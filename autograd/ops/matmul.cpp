@@ -11,6 +11,9 @@
 // forward and both gradients are single large GEMMs ([B*M, K] @ [K, N]); dB = A^T dC then sums
 // over the batch inside the GEMM's K loop instead of through a separate reduction.
 //
+// CPU bf16: on oneDNN's bf16 GEMM where kernels::cpu::gemm_bf16_available() (f32 sums, one
+// rounding, as on CUDA); elsewhere through the f32 detour of bf16_compute.h.
+//
 // CUDA (f32, bf16): the same Mats go to the cuBLASLt twins (kernels/cuda/matmul.h) with
 // device pointers; bf16 runs natively (bf16 in/out, f32 accumulation, one rounding), and
 // linear's bias is fused into the forward GEMM's epilogue.
@@ -126,6 +129,16 @@ void gemm_into(const Tensor& out, const Mats& a, const Mats& b, bool accumulate,
     return;
   }
 #endif
+  if (out.dtype() == DType::BF16) {
+    // Native bf16 (callers checked gemm_bf16_available()): products summed in f32 on top of
+    // out's f32 value when accumulating (linear's bias), rounded to bf16 once, on the store.
+    Tensor sums = accumulate ? out.to(DType::F32) : Tensor::empty(out.shape(), DType::F32, out.device());
+    kernels::cpu::gemm_bf16_batched(a.batch, M, N, a.cols, a.trans, a.t.data<BFloat16>(), a.ld, a.batch_stride, b.trans,
+                                    b.t.data<BFloat16>(), b.ld, b.batch_stride, sums.data<float>(), N, M * N,
+                                    accumulate);
+    out.copy_(sums);
+    return;
+  }
   ZDL_DISPATCH_FLOAT(out.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::gemm_batched<T>(a.batch, M, N, a.cols, a.trans, a.t.data<T>(), a.ld, a.batch_stride, b.trans,
@@ -142,7 +155,8 @@ Tensor product(const Shape& shape, const Mats& a, const Mats& b, const char* op)
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  if (bf16_on_cpu("matmul", {&a, &b})) return to_bf16(matmul(to_f32(a), to_f32(b)));
+  if (bf16_on_cpu("matmul", {&a, &b}) && !kernels::cpu::gemm_bf16_available())
+    return to_bf16(matmul(to_f32(a), to_f32(b)));
   if (!on_cuda("matmul", a)) check_cpu("matmul", a);
   ZDL_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: expected a [..., M, K] and b [..., K, N] with at least 2 dims, got a.shape=",
             shape_str(a.shape()), " b.shape=", shape_str(b.shape()));
@@ -171,7 +185,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool has_bias = bias.defined();
   const bool bf16 = has_bias ? bf16_on_cpu("linear", {&x, &weight, &bias}) : bf16_on_cpu("linear", {&x, &weight});
-  if (bf16) return to_bf16(linear(to_f32(x), to_f32(weight), to_f32(bias)));
+  if (bf16 && !kernels::cpu::gemm_bf16_available()) return to_bf16(linear(to_f32(x), to_f32(weight), to_f32(bias)));
   const bool cuda = on_cuda("linear", x);
   if (!cuda) check_cpu("linear", x);
   ZDL_CHECK(weight.dim() == 2, "linear: weight must be 2-D [out, in], got weight.shape=", shape_str(weight.shape()));
@@ -199,10 +213,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 #endif
   if (has_bias && !fused_bias && y.numel() > 0) {
     Tensor bc = bias.is_contiguous() ? bias : bias.contiguous_copy();
-    ZDL_DISPATCH_FLOAT(x.dtype(), "linear", [&](auto tag) {
-      using T = decltype(tag);
-      kernels::cpu::fill_rows<T>(X.rows, out_features, bc.data<T>(), y.data<T>());
-    });
+    if (bf16) {
+      kernels::cpu::fill_rows<BFloat16>(X.rows, out_features, bc.data<BFloat16>(), y.data<BFloat16>());
+    } else {
+      ZDL_DISPATCH_FLOAT(x.dtype(), "linear", [&](auto tag) {
+        using T = decltype(tag);
+        kernels::cpu::fill_rows<T>(X.rows, out_features, bc.data<T>(), y.data<T>());
+      });
+    }
   }
   if (!fused_bias) gemm_into(y, X, W.transposed(), /*accumulate=*/has_bias, "linear");
 

@@ -10,6 +10,9 @@
 #ifndef ZDL_WITH_ONEDNN
 #define ZDL_WITH_ONEDNN 0
 #endif
+#ifndef ZDL_WITH_ONEDNN_BF16
+#define ZDL_WITH_ONEDNN_BF16 0
+#endif
 #if ZDL_WITH_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
 #endif
@@ -91,6 +94,29 @@ void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int
   eigen_product(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
 }
 
+#if ZDL_WITH_ONEDNN_BF16
+// oneDNN's bf16 GEMM, row-major like dnnl_sgemm: exported by the library but declared only in
+// its own tests (cmake/ZdlOneDnn.cmake checks that it links).
+extern "C" dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N, dnnl_dim_t K,
+                                               float alpha, const uint16_t* A, dnnl_dim_t lda, const uint16_t* B,
+                                               dnnl_dim_t ldb, float beta, float* C, dnnl_dim_t ldc);
+#endif
+
+// bf16 operands, f32 result (only called where gemm_bf16_available()).
+void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16* a, int64_t lda, bool trans_b,
+                  const BFloat16* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+#if ZDL_WITH_ONEDNN_BF16
+  static_assert(sizeof(BFloat16) == sizeof(uint16_t));
+  const dnnl_status_t st =
+      dnnl_gemm_bf16bf16f32(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, 1.0f, reinterpret_cast<const uint16_t*>(a),
+                            lda, reinterpret_cast<const uint16_t*>(b), ldb, accumulate ? 1.0f : 0.0f, c, ldc);
+  ZDL_CHECK(st == dnnl_success, "gemm: oneDNN bf16 GEMM failed (status ", static_cast<int>(st), ") for M=", M,
+            " N=", N, " K=", K);
+#else
+  ZDL_CHECK(false, "gemm: bf16 GEMM called in a build without oneDNN's bf16 GEMM");
+#endif
+}
+
 // [Note: thread-count invariance] Eigen's own threading re-derives its blocking of K from the
 // thread count, so the same product rounds differently on 1 and 2 threads, and a rank's result
 // would depend on how many cores it was given. Instead C is cut into tiles chosen from the
@@ -100,9 +126,9 @@ void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int
 // (docs/exactness.md).
 constexpr int64_t kTileRows = 256, kMinTileCols = 64, kWantTiles = 8;
 
-template <class T>
+template <class T, class TC>
 void gemm_unchecked(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b, const T* b,
-                    int64_t ldb, T* c, int64_t ldc, bool accumulate) {
+                    int64_t ldb, TC* c, int64_t ldc, bool accumulate) {
   if (M == 0 || N == 0) return;
   const int64_t tiles_m = (M + kTileRows - 1) / kTileRows;
   int64_t tiles_n = 1;
@@ -134,6 +160,42 @@ void gemm_unchecked(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, i
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < tiles; ++i) tile(i);
   }
+}
+
+// gemm_batched's body for operands T and result TC (f32/f64 alike, or bf16 into f32).
+template <class T, class TC>
+void batched_products(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda,
+                      int64_t stride_a, bool trans_b, const T* b, int64_t ldb, int64_t stride_b, TC* c, int64_t ldc,
+                      int64_t stride_c, bool accumulate) {
+  check_dims(M, N, K, trans_a, lda, trans_b, ldb, ldc);
+  ZDL_CHECK(batch >= 0, "gemm_batched: negative batch ", batch);
+  ZDL_CHECK(batch <= 1 || stride_c != 0, "gemm_batched: stride_c == 0 with batch ", batch,
+            " would race; fold the batch into K to sum products");
+  auto one = [&](int64_t i) {
+    gemm_unchecked(M, N, K, trans_a, a + i * stride_a, lda, trans_b, b + i * stride_b, ldb, c + i * stride_c, ldc,
+                   accumulate);
+  };
+  // Split the batch over threads when that balances (every thread gets the same number of
+  // products, or many each) or when each product is too small to tile; otherwise run the
+  // products one after another, each tiled over all threads.
+  const int64_t nt = omp_get_max_threads();
+  const int64_t work = M * N * K;
+  const bool over_batch = batch > 1 && nt > 1 && !omp_in_parallel() && batch * work >= kSmallProduct / 4 &&
+                          (batch % nt == 0 || batch >= 4 * nt || work < kSmallProduct);
+  if (over_batch) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < batch; ++i) one(i);
+  } else {
+    for (int64_t i = 0; i < batch; ++i) one(i);
+  }
+}
+
+bool cpu_has_bf16_dot_products() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
 }
 
 }  // namespace
@@ -174,31 +236,24 @@ void gemm(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda
   gemm_unchecked(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
 }
 
+
 template <class T>
 void gemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda,
                   int64_t stride_a, bool trans_b, const T* b, int64_t ldb, int64_t stride_b, T* c, int64_t ldc,
                   int64_t stride_c, bool accumulate) {
-  check_dims(M, N, K, trans_a, lda, trans_b, ldb, ldc);
-  ZDL_CHECK(batch >= 0, "gemm_batched: negative batch ", batch);
-  ZDL_CHECK(batch <= 1 || stride_c != 0, "gemm_batched: stride_c == 0 with batch ", batch,
-            " would race; fold the batch into K to sum products");
-  auto one = [&](int64_t i) {
-    gemm_unchecked(M, N, K, trans_a, a + i * stride_a, lda, trans_b, b + i * stride_b, ldb, c + i * stride_c, ldc,
-                   accumulate);
-  };
-  // Split the batch over threads when that balances (every thread gets the same number of
-  // products, or many each) or when each product is too small for Eigen to split; otherwise
-  // run the products one after another, each spread over all threads by Eigen.
-  const int64_t nt = omp_get_max_threads();
-  const int64_t work = M * N * K;
-  const bool over_batch = batch > 1 && nt > 1 && !omp_in_parallel() && batch * work >= kSmallProduct / 4 &&
-                          (batch % nt == 0 || batch >= 4 * nt || work < kSmallProduct);
-  if (over_batch) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < batch; ++i) one(i);
-  } else {
-    for (int64_t i = 0; i < batch; ++i) one(i);
-  }
+  batched_products(batch, M, N, K, trans_a, a, lda, stride_a, trans_b, b, ldb, stride_b, c, ldc, stride_c, accumulate);
+}
+
+bool gemm_bf16_available() {
+  static const bool cpu = cpu_has_bf16_dot_products();
+  return ZDL_WITH_ONEDNN_BF16 && cpu && gemm_backend() == GemmBackend::OneDnn;
+}
+
+void gemm_bf16_batched(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16* a, int64_t lda,
+                       int64_t stride_a, bool trans_b, const BFloat16* b, int64_t ldb, int64_t stride_b, float* c,
+                       int64_t ldc, int64_t stride_c, bool accumulate) {
+  ZDL_CHECK(gemm_bf16_available(), "gemm_bf16_batched: no native bf16 GEMM here (see gemm_bf16_available)");
+  batched_products(batch, M, N, K, trans_a, a, lda, stride_a, trans_b, b, ldb, stride_b, c, ldc, stride_c, accumulate);
 }
 
 template <class T>
@@ -236,5 +291,6 @@ void gemm_reference(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, i
 ZDL_INSTANTIATE(float)
 ZDL_INSTANTIATE(double)
 #undef ZDL_INSTANTIATE
+template void fill_rows<BFloat16>(int64_t, int64_t, const BFloat16*, BFloat16*);
 
 }  // namespace zdl::kernels::cpu

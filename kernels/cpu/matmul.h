@@ -23,6 +23,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace zdl::kernels::cpu {
 
 enum class GemmBackend { Eigen, OneDnn };
@@ -46,6 +48,16 @@ template <class T>
 void gemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda,
                   int64_t stride_a, bool trans_b, const T* b, int64_t ldb, int64_t stride_b, T* c, int64_t ldc,
                   int64_t stride_c, bool accumulate);
+
+// bf16 operands, f32 result: gemm_batched with every product summed in f32 (oneDNN's bf16
+// GEMM, no rounding until the caller's). Only where gemm_bf16_available(): a build with
+// oneDNN's bf16 GEMM, the oneDNN back end in use, and a CPU with AVX512-BF16 dot products
+// (elsewhere oneDNN would emulate them, and bf16 ops compute in f32 instead:
+// autograd/ops/bf16_compute.h).
+bool gemm_bf16_available();
+void gemm_bf16_batched(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16* a, int64_t lda,
+                       int64_t stride_a, bool trans_b, const BFloat16* b, int64_t ldb, int64_t stride_b, float* c,
+                       int64_t ldc, int64_t stride_c, bool accumulate);
 
 // out[r, :] = row for r < rows (out row-major [rows, cols], row contiguous [cols]): the bias
 // of linear, written before the GEMM accumulates onto it.
