@@ -57,14 +57,10 @@ int main(int argc, char** argv) {
   }
   nn::GPTConfig cfg{.vocab_size = V, .block_size = T, .n_layer = L, .n_head = H, .n_embd = C};
   std::shared_ptr<nn::GPT> model;
-  std::shared_ptr<dist::Communicator> comm;
   std::unique_ptr<dist::ZeroPartitioner> zero;
   if (bf16) {
-    comm = dist::init();
     zero = std::make_unique<dist::ZeroPartitioner>(
-        comm, dist::ZeroOptions{.stage = dist::ZeroStage::DDP, .compute_dtype = DType::BF16});
-  }
-  if (bf16) {
+        dist::init(), dist::ZeroOptions{.stage = dist::ZeroStage::DDP, .compute_dtype = DType::BF16});
     auto scope = zero->placement_scope(/*seed=*/1);
     model = std::make_shared<nn::GPT>(cfg);
   } else {

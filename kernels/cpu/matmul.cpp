@@ -121,9 +121,9 @@ void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16*
 // thread count, so the same product rounds differently on 1 and 2 threads, and a rank's result
 // would depend on how many cores it was given. Instead C is cut into tiles chosen from the
 // shape alone; each tile is one single-threaded product (Eigen's K blocking depends on K and
-// the cache sizes only; oneDNN's kernel on the shape and the CPU), and threads take whole tiles. Every element is then summed in the same
-// order whatever the thread count, which bit-identical training across world sizes relies on
-// (docs/exactness.md).
+// the cache sizes only; oneDNN's kernel on the shape and the CPU), and threads take whole
+// tiles. Every element is then summed in the same order whatever the thread count, which
+// bit-identical training across world sizes relies on (docs/exactness.md).
 constexpr int64_t kTileRows = 256, kMinTileCols = 64, kWantTiles = 8;
 
 template <class T, class TC>
@@ -198,9 +198,6 @@ bool cpu_has_bf16_dot_products() {
 #endif
 }
 
-}  // namespace
-
-namespace {
 // The default: ZDL_CPU_GEMM if set, else oneDNN where built.
 GemmBackend backend_from_environment() {
   const char* env = std::getenv("ZDL_CPU_GEMM");
@@ -218,6 +215,7 @@ GemmBackend& current_backend() {
   }();
   return chosen;
 }
+
 }  // namespace
 
 bool gemm_backend_available(GemmBackend b) { return b == GemmBackend::Eigen || ZDL_WITH_ONEDNN; }
@@ -235,7 +233,6 @@ void gemm(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda
   check_dims(M, N, K, trans_a, lda, trans_b, ldb, ldc);
   gemm_unchecked(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
 }
-
 
 template <class T>
 void gemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda,
