@@ -6,12 +6,14 @@ same file, in the same order), with train_gpt's optimizer, schedule and clipping
 
 Prints one JSON line per mode: {"mode", "ranks", "losses": [per step], "step_ms" (median after
 the warm-up steps), "states_mib": rank 0's parameters, gradients and optimizer states (its local
-shards under FSDP2 and ZeroRedundancyOptimizer) at the end of the last step, before zero_grad}.
+shards under FSDP2 and ZeroRedundancyOptimizer) at the end of the last step, before zero_grad,
+"peak_rss_mib": the largest peak resident memory of any rank's process (getrusage)}.
 """
 import argparse
 import json
 import math
 import os
+import resource
 import time
 
 import numpy as np
@@ -140,10 +142,12 @@ def worker(rank, a, mode, port, out):
         dist.barrier()
         times.append((time.perf_counter() - t0) * 1000)
         losses.append(mean.item() / a.ranks)
+    peak = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0])  # KiB on Linux
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
     if rank == 0:
         t = sorted(times[a.warm:])
         out.put({"mode": mode, "ranks": a.ranks, "losses": losses, "step_ms": t[len(t) // 2],
-                 "states_mib": states})
+                 "states_mib": states, "peak_rss_mib": peak.item()})
     dist.destroy_process_group()
 
 

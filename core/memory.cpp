@@ -1,5 +1,7 @@
 #include "core/memory.h"
 
+#include <sys/resource.h>
+
 #include <cstdio>
 
 #include "core/check.h"
@@ -28,6 +30,16 @@ std::string format_bytes(int64_t b) {
   else if (v < 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", v / (1024.0 * 1024));
   else std::snprintf(buf, sizeof buf, "%.2f GiB", v / (1024.0 * 1024 * 1024));
   return buf;
+}
+
+int64_t process_peak_rss_bytes() {
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+#ifdef __APPLE__
+  return static_cast<int64_t>(u.ru_maxrss);  // bytes there
+#else
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;  // KiB on Linux
+#endif
 }
 
 void MemoryLedger::on_alloc(Device device, MemoryCategory cat, int64_t bytes) {

@@ -90,4 +90,9 @@ class MemoryScope {
 // Formats bytes as "12.3 MiB".
 std::string format_bytes(int64_t bytes);
 
+// The most resident memory this process has held since it started (getrusage's ru_maxrss), in
+// bytes: what the ledger cannot see (code, libraries, allocator slack) included. 0 where the
+// system does not say.
+int64_t process_peak_rss_bytes();
+
 }  // namespace zdl

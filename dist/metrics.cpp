@@ -21,6 +21,7 @@ nlohmann::json memory_snapshot(Device dev) {
           {"comm", c(MemoryCategory::CommBuffer)},
           {"workspace", c(MemoryCategory::Workspace)},
           {"peak", s.total_peak},
+          {"process_peak_rss", process_peak_rss_bytes()},
           {"device", dev.str()},
           {"host_comm", dev.is_cpu() ? int64_t{0}
                                      : memory_ledger().stats(Device::cpu()).current_of(MemoryCategory::CommBuffer)}};

@@ -9,7 +9,8 @@ namespace zdl::dist {
 
 // Bytes on `dev` now, by category ("param" = full + shard, "param_full", "param_shard", "grad",
 // "grad_full", "grad_shard", "optim", "activation", "comm", "workspace"), the total peak since
-// the last reset_peaks ("peak"), the device, and on a GPU the pinned host buffers of MPI
+// the last reset_peaks ("peak"), the process's peak resident memory since it started
+// ("process_peak_rss": libraries and allocator slack included), the device, and on a GPU the pinned host buffers of MPI
 // staging ("host_comm").
 nlohmann::json memory_snapshot(Device dev);
 
