@@ -94,4 +94,19 @@ template <> struct dtype_of<int64_t> { static constexpr DType value = DType::I64
     return zdl_f_(float{});                                                                      \
   }()
 
+// ZDL_DISPATCH_FLOAT, plus bf16 (T = BFloat16): for the CPU kernels that take bf16 buffers
+// and compute in f32 (kernels/cpu/compute_type.h).
+#define ZDL_DISPATCH_FLOAT_OR_BF16(dtype, opname, ...)                                           \
+  [&] {                                                                                          \
+    auto zdl_f_ = __VA_ARGS__;                                                                   \
+    switch (dtype) {                                                                             \
+      case ::zdl::DType::F32: return zdl_f_(float{});                                            \
+      case ::zdl::DType::F64: return zdl_f_(double{});                                           \
+      case ::zdl::DType::BF16: return zdl_f_(::zdl::BFloat16{});                                 \
+      default: break;                                                                            \
+    }                                                                                            \
+    ZDL_CHECK(false, opname, ": dtype ", ::zdl::dtype_name(dtype), " not supported (use f32, f64 or bf16)"); \
+    return zdl_f_(float{});                                                                      \
+  }()
+
 }  // namespace zdl

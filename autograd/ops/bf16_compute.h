@@ -1,6 +1,10 @@
-// The f32 detour that makes every differentiable op work on bf16 CPU tensors.
+// The f32 detour that makes every differentiable op without a bf16 CPU kernel work on bf16 CPU
+// tensors.
 //
-// The CPU kernels compute in f32/f64 only. For ZeRO's mixed-precision mode (bf16 parameters,
+// The hot ops of a transformer have bf16 CPU kernels that compute in f32 between a bf16 load
+// and one rounding on store (kernels/cpu/compute_type.h): add, sub, mul, sum, gelu and
+// layer_norm, and matmul/linear where the CPU has bf16 dot products. The others compute in
+// f32/f64 only. For ZeRO's mixed-precision mode (bf16 parameters,
 // activations and gradients; f32 master weights and Adam moments) an op whose floating inputs
 // are bf16 on the CPU casts them to f32 with the differentiable `cast`, runs itself on those,
 // and casts the floating result back to bf16. Autograd records the casts, so backward runs the
@@ -10,8 +14,8 @@
 // re-gathered parameter's storage, docs/design.md, mechanism 1): same values, more activation memory.
 // Only the CPU takes this detour; CUDA ops with bf16 kernels see bf16 directly.
 //
-//   Tensor gelu(const Tensor& x) {
-//     if (bf16_on_cpu("gelu", {&x})) return to_bf16(gelu(to_f32(x)));
+//   Tensor exp(const Tensor& a) {
+//     if (bf16_on_cpu("exp", {&a})) return to_bf16(exp(to_f32(a)));
 //     ...
 //
 // Each op keeps this to the one line at its entry (after its own dtype checks, so mixed

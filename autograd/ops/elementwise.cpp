@@ -66,7 +66,7 @@ Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tens
   it.shape = out_shape;
   it.strides = {out.strides(), broadcast_strides(a, out_shape), broadcast_strides(b, out_shape)};
   it = coalesce(it);
-  ZDL_DISPATCH_FLOAT(a.dtype(), name, [&](auto tag) {
+  ZDL_DISPATCH_FLOAT_OR_BF16(a.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::binary<T>(op, it, out.data<T>(), a.data<T>(), b.data<T>());
   });
@@ -133,12 +133,11 @@ Tensor cuda_div_grad_b(const Tensor& g, const Tensor& a, const Tensor& b) {
 
 // [Note: bf16 broadcast gradients] The gradient of a broadcast operand of mul/div is a sum of
 // products (sum_to). Rounding every product to bf16 before summing would make the sum's error
-// grow with its cancellation (a few percent of a small result), so on CUDA, when a bf16 operand
-// was broadcast, the products are formed and summed in f32 and rounded to bf16 once, as the
-// CPU's f32 detour does. Same-shape operands need no sum: their native bf16 product is already
-// rounded once.
-bool broadcast_bf16_on_cuda(const Tensor& g, const Shape& sa, const Shape& sb) {
-  return g.device().is_cuda() && g.dtype() == DType::BF16 && (sa != g.shape() || sb != g.shape());
+// grow with its cancellation (a few percent of a small result), so when a bf16 operand was
+// broadcast, the products are formed and summed in f32 and rounded to bf16 once. Same-shape
+// operands need no sum: their native bf16 product is already rounded once.
+bool broadcast_bf16(const Tensor& g, const Shape& sa, const Shape& sb) {
+  return g.dtype() == DType::BF16 && (sa != g.shape() || sb != g.shape());
 }
 
 // Records a unary op whose backward runs cuda_unary_grad (CUDA inputs only).
@@ -151,7 +150,6 @@ Tensor record_cuda_unary(const char* name, UnaryOp op, const Tensor& a, const Te
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  if (bf16_on_cpu("add", {&a, &b})) return to_bf16(add(to_f32(a), to_f32(b)));
   Tensor out = binary_forward(BinaryOp::Add, "add", a, b);
   // d(a+b)/da = 1, d(a+b)/db = 1
   return autograd::record("add", {a, b}, out, [sa = a.shape(), sb = b.shape()](const TensorList& g) {
@@ -160,7 +158,6 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  if (bf16_on_cpu("sub", {&a, &b})) return to_bf16(sub(to_f32(a), to_f32(b)));
   Tensor out = binary_forward(BinaryOp::Sub, "sub", a, b);
   // d(a-b)/da = 1, d(a-b)/db = -1
   return autograd::record("sub", {a, b}, out, [sa = a.shape(), sb = b.shape()](const TensorList& g) {
@@ -169,12 +166,11 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  if (bf16_on_cpu("mul", {&a, &b})) return to_bf16(mul(to_f32(a), to_f32(b)));
   Tensor out = binary_forward(BinaryOp::Mul, "mul", a, b);
   // d(ab)/da = b, d(ab)/db = a
   bool ga = a.requires_grad(), gb = b.requires_grad();
   return autograd::record("mul", {a, b}, out, [a, b, ga, gb](const TensorList& g) {
-    if (broadcast_bf16_on_cuda(g[0], a.shape(), b.shape()))  // see [Note: bf16 broadcast gradients]
+    if (broadcast_bf16(g[0], a.shape(), b.shape()))  // see [Note: bf16 broadcast gradients]
       return TensorList{ga ? cast(sum_to(mul(to_f32(g[0]), to_f32(b)), a.shape()), DType::BF16) : Tensor(),
                         gb ? cast(sum_to(mul(to_f32(g[0]), to_f32(a)), b.shape()), DType::BF16) : Tensor()};
     return TensorList{ga ? sum_to(mul(g[0], b), a.shape()) : Tensor(), gb ? sum_to(mul(g[0], a), b.shape()) : Tensor()};
@@ -187,7 +183,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
   // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 = -out/b
   bool ga = a.requires_grad(), gb = b.requires_grad();
   return autograd::record("div", {a, b}, out, [a, b, o = out.detach(), ga, gb](const TensorList& g) {
-    if (broadcast_bf16_on_cuda(g[0], a.shape(), b.shape()))  // see [Note: bf16 broadcast gradients]
+    if (broadcast_bf16(g[0], a.shape(), b.shape()))  // see [Note: bf16 broadcast gradients]
       return TensorList{ga ? cast(sum_to(div(to_f32(g[0]), to_f32(b)), a.shape()), DType::BF16) : Tensor(),
                         gb ? cast(sum_to(cuda_div_grad_b(to_f32(g[0]), to_f32(a), to_f32(b)), b.shape()), DType::BF16)
                            : Tensor()};

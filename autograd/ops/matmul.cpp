@@ -131,12 +131,10 @@ void gemm_into(const Tensor& out, const Mats& a, const Mats& b, bool accumulate,
 #endif
   if (out.dtype() == DType::BF16) {
     // Native bf16 (callers checked gemm_bf16_available()): products summed in f32 on top of
-    // out's f32 value when accumulating (linear's bias), rounded to bf16 once, on the store.
-    Tensor sums = accumulate ? out.to(DType::F32) : Tensor::empty(out.shape(), DType::F32, out.device());
+    // out's value when accumulating (linear's bias), rounded to bf16 once.
     kernels::cpu::gemm_bf16_batched(a.batch, M, N, a.cols, a.trans, a.t.data<BFloat16>(), a.ld, a.batch_stride, b.trans,
-                                    b.t.data<BFloat16>(), b.ld, b.batch_stride, sums.data<float>(), N, M * N,
+                                    b.t.data<BFloat16>(), b.ld, b.batch_stride, out.data<BFloat16>(), N, M * N,
                                     accumulate);
-    out.copy_(sums);
     return;
   }
   ZDL_DISPATCH_FLOAT(out.dtype(), op, [&](auto tag) {

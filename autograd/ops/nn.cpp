@@ -279,7 +279,7 @@ Tensor dropout_cuda(const Tensor& x, double p, uint64_t seed, uint64_t stream, i
 // ---- gelu ----
 
 Tensor gelu(const Tensor& x) {
-  if (bf16_on_cpu("gelu", {&x})) return to_bf16(gelu(to_f32(x)));
+  check_float_args("gelu", {&x});
 #ifdef ZDL_WITH_CUDA
   if (on_cuda("gelu", x)) return gelu_cuda(x);
 #endif
@@ -287,7 +287,7 @@ Tensor gelu(const Tensor& x) {
   Tensor xc = dense(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (out.numel() == 0) return out;
-  ZDL_DISPATCH_FLOAT(x.dtype(), "gelu", [&](auto tag) {
+  ZDL_DISPATCH_FLOAT_OR_BF16(x.dtype(), "gelu", [&](auto tag) {
     using T = decltype(tag);
     kc::gelu_forward<T>(xc.numel(), xc.data<T>(), out.data<T>());
   });
@@ -295,7 +295,7 @@ Tensor gelu(const Tensor& x) {
   return autograd::record("gelu", {x}, out, [xs = xc.detach()](const TensorList& g) {
     Tensor gc = dense(g[0]);
     Tensor dx = Tensor::empty(xs.shape(), xs.dtype(), xs.device());
-    ZDL_DISPATCH_FLOAT(xs.dtype(), "gelu backward", [&](auto tag) {
+    ZDL_DISPATCH_FLOAT_OR_BF16(xs.dtype(), "gelu backward", [&](auto tag) {
       using T = decltype(tag);
       kc::gelu_backward<T>(xs.numel(), xs.data<T>(), gc.data<T>(), dx.data<T>());
     });
@@ -316,20 +316,21 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   if (on_cuda("layer_norm", x)) return layer_norm_cuda(x, weight, bias, eps);
 #endif
   check_cpu("layer_norm", x);
-  if (bf16_on_cpu("layer_norm", {&x})) return to_bf16(layer_norm(to_f32(x), to_f32(weight), to_f32(bias), eps));
   const int64_t C = x.size(-1), rows = x.numel() / C;
   Tensor xc = dense(x);
   Tensor wc = weight.defined() ? dense(weight).detach() : Tensor();
   Tensor bc = bias.defined() ? dense(bias).detach() : Tensor();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  Tensor mean = Tensor::empty({rows}, x.dtype(), x.device());  // (rows,)
-  Tensor rstd = Tensor::empty({rows}, x.dtype(), x.device());  // (rows,)
+  // Statistics in the compute type: f32 for bf16 rows (kernels/cpu/compute_type.h).
+  const DType stat = x.dtype() == DType::BF16 ? DType::F32 : x.dtype();
+  Tensor mean = Tensor::empty({rows}, stat, x.device());  // (rows,)
+  Tensor rstd = Tensor::empty({rows}, stat, x.device());  // (rows,)
   if (rows > 0) {
-    ZDL_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&](auto tag) {
+    ZDL_DISPATCH_FLOAT_OR_BF16(x.dtype(), "layer_norm", [&](auto tag) {
       using T = decltype(tag);
       kc::layer_norm_forward<T>(rows, C, xc.data<T>(), wc.defined() ? wc.data<T>() : nullptr,
-                                bc.defined() ? bc.data<T>() : nullptr, eps, out.data<T>(), mean.data<T>(),
-                                rstd.data<T>());
+                                bc.defined() ? bc.data<T>() : nullptr, eps, out.data<T>(),
+                                mean.data<kc::compute_t<T>>(), rstd.data<kc::compute_t<T>>());
     });
   }
   // xhat = (x - mean) rstd, y = xhat w + b, g = dy w:
@@ -348,10 +349,10 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
           if (db.defined()) db.zero_();
           return TensorList{dx, dw, db};
         }
-        ZDL_DISPATCH_FLOAT(xs.dtype(), "layer_norm backward", [&](auto tag) {
+        ZDL_DISPATCH_FLOAT_OR_BF16(xs.dtype(), "layer_norm backward", [&](auto tag) {
           using T = decltype(tag);
           kc::layer_norm_backward<T>(rows, C, xs.data<T>(), wc.defined() ? wc.data<T>() : nullptr,
-                                     mean.data<T>(), rstd.data<T>(), gc.data<T>(), gx ? dx.data<T>() : nullptr,
+                                     mean.data<kc::compute_t<T>>(), rstd.data<kc::compute_t<T>>(), gc.data<T>(), gx ? dx.data<T>() : nullptr,
                                      gw ? dw.data<T>() : nullptr, gb ? db.data<T>() : nullptr);
         });
         return TensorList{dx, dw, db};

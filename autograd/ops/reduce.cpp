@@ -88,7 +88,7 @@ Tensor sum_forward(const Tensor& a, const std::vector<int64_t>& dims, bool keepd
   }
 #endif
   ZDL_CHECK(scale == 1.0, "sum: internal error, scaled sum on the CPU");
-  ZDL_DISPATCH_FLOAT(a.dtype(), "sum", [&](auto tag) {
+  ZDL_DISPATCH_FLOAT_OR_BF16(a.dtype(), "sum", [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::sum_reduce<T>(outer, red, inner, xc.data<T>(), out.data<T>());
   });
@@ -98,7 +98,7 @@ Tensor sum_forward(const Tensor& a, const std::vector<int64_t>& dims, bool keepd
 }  // namespace
 
 Tensor sum(const Tensor& a, const std::vector<int64_t>& dims_in, bool keepdim) {
-  if (bf16_on_cpu("sum", {&a})) return to_bf16(sum(to_f32(a), dims_in, keepdim));
+  check_float_args("sum", {&a});
   if (!on_cuda("sum", a)) check_cpu("sum", a);
   std::vector<int64_t> dims = normalize_dims(a, dims_in);
   Tensor out = sum_forward(a, dims, keepdim);

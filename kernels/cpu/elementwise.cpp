@@ -3,14 +3,18 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "kernels/cpu/compute_type.h"
 #include "kernels/cpu/parallel.h"
 
 namespace zdl::kernels::cpu {
 
 namespace {
 
+// f takes and returns the compute type (compute_type.h).
 template <class T, class F>
 void binary_rows(const StridedRows<3>& it, T* out, const T* a, const T* b, F f) {
+  using C = compute_t<T>;
+  auto g = [f](T x, T y) { return static_cast<T>(f(static_cast<C>(x), static_cast<C>(y))); };
   int64_t rows = it.rows(), inner = it.inner();
   auto is = it.inner_strides();
   auto row = [&](int64_t r, int64_t lo, int64_t hi) {
@@ -20,17 +24,17 @@ void binary_rows(const StridedRows<3>& it, T* out, const T* a, const T* b, F f) 
     const T* pb = b + off[2];
     if (is[0] == 1 && is[1] == 1 && is[2] == 1) {
 #pragma omp simd
-      for (int64_t i = lo; i < hi; ++i) o[i] = f(pa[i], pb[i]);
+      for (int64_t i = lo; i < hi; ++i) o[i] = g(pa[i], pb[i]);
     } else if (is[0] == 1 && is[1] == 1 && is[2] == 0) {
       const T bv = pb[0];
 #pragma omp simd
-      for (int64_t i = lo; i < hi; ++i) o[i] = f(pa[i], bv);
+      for (int64_t i = lo; i < hi; ++i) o[i] = g(pa[i], bv);
     } else if (is[0] == 1 && is[1] == 0 && is[2] == 1) {
       const T av = pa[0];
 #pragma omp simd
-      for (int64_t i = lo; i < hi; ++i) o[i] = f(av, pb[i]);
+      for (int64_t i = lo; i < hi; ++i) o[i] = g(av, pb[i]);
     } else {
-      for (int64_t i = lo; i < hi; ++i) o[i * is[0]] = f(pa[i * is[1]], pb[i * is[2]]);
+      for (int64_t i = lo; i < hi; ++i) o[i * is[0]] = g(pa[i * is[1]], pb[i * is[2]]);
     }
   };
   if (rows == 1) {
@@ -42,15 +46,13 @@ void binary_rows(const StridedRows<3>& it, T* out, const T* a, const T* b, F f) 
   }
 }
 
-// The type T is computed in: bf16 in f32 (rounded once, on store), others in themselves.
-template <class T> struct compute_type { using type = T; };
-template <> struct compute_type<BFloat16> { using type = float; };
-
+// f takes and returns the compute type.
 template <class T, class F>
 void unary_map(int64_t n, const T* x, T* out, F f) {
+  using C = compute_t<T>;
   parallel_for(n, 4, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
-    for (int64_t i = lo; i < hi; ++i) out[i] = f(x[i]);
+    for (int64_t i = lo; i < hi; ++i) out[i] = static_cast<T>(f(static_cast<C>(x[i])));
   });
 }
 
@@ -58,62 +60,65 @@ void unary_map(int64_t n, const T* x, T* out, F f) {
 
 template <class T>
 void binary(BinaryOp op, const StridedRows<3>& it, T* out, const T* a, const T* b) {
+  using C = compute_t<T>;
   switch (op) {
-    case BinaryOp::Add: return binary_rows(it, out, a, b, [](T x, T y) { return x + y; });
-    case BinaryOp::Sub: return binary_rows(it, out, a, b, [](T x, T y) { return x - y; });
-    case BinaryOp::Mul: return binary_rows(it, out, a, b, [](T x, T y) { return x * y; });
-    case BinaryOp::Div: return binary_rows(it, out, a, b, [](T x, T y) { return x / y; });
-    case BinaryOp::Max: return binary_rows(it, out, a, b, [](T x, T y) { return x > y || x != x ? x : y; });
-    case BinaryOp::Min: return binary_rows(it, out, a, b, [](T x, T y) { return x < y || x != x ? x : y; });
+    case BinaryOp::Add: return binary_rows(it, out, a, b, [](C x, C y) { return x + y; });
+    case BinaryOp::Sub: return binary_rows(it, out, a, b, [](C x, C y) { return x - y; });
+    case BinaryOp::Mul: return binary_rows(it, out, a, b, [](C x, C y) { return x * y; });
+    case BinaryOp::Div: return binary_rows(it, out, a, b, [](C x, C y) { return x / y; });
+    case BinaryOp::Max: return binary_rows(it, out, a, b, [](C x, C y) { return x > y || x != x ? x : y; });
+    case BinaryOp::Min: return binary_rows(it, out, a, b, [](C x, C y) { return x < y || x != x ? x : y; });
     case BinaryOp::MaxGrad:
-      return binary_rows(it, out, a, b, [](T x, T y) { return x > y ? T(1) : x == y ? T(0.5) : T(0); });
+      return binary_rows(it, out, a, b, [](C x, C y) { return x > y ? C(1) : x == y ? C(0.5) : C(0); });
     case BinaryOp::MinGrad:
-      return binary_rows(it, out, a, b, [](T x, T y) { return x < y ? T(1) : x == y ? T(0.5) : T(0); });
+      return binary_rows(it, out, a, b, [](C x, C y) { return x < y ? C(1) : x == y ? C(0.5) : C(0); });
   }
 }
 
 template <class T>
 void unary(UnaryOp op, int64_t n, const T* x, T* out, double s) {
-  const T ts = static_cast<T>(s);
+  using C = compute_t<T>;
+  const C ts = static_cast<C>(s);
   switch (op) {
-    case UnaryOp::Neg: return unary_map(n, x, out, [](T v) { return -v; });
-    case UnaryOp::Exp: return unary_map(n, x, out, [](T v) { return std::exp(v); });
-    case UnaryOp::Log: return unary_map(n, x, out, [](T v) { return std::log(v); });
-    case UnaryOp::Sqrt: return unary_map(n, x, out, [](T v) { return std::sqrt(v); });
-    case UnaryOp::Tanh: return unary_map(n, x, out, [](T v) { return std::tanh(v); });
-    case UnaryOp::Square: return unary_map(n, x, out, [](T v) { return v * v; });
-    case UnaryOp::AddScalar: return unary_map(n, x, out, [ts](T v) { return v + ts; });
-    case UnaryOp::MulScalar: return unary_map(n, x, out, [ts](T v) { return v * ts; });
-    case UnaryOp::RSub: return unary_map(n, x, out, [ts](T v) { return ts - v; });
-    case UnaryOp::RDiv: return unary_map(n, x, out, [ts](T v) { return ts / v; });
-    case UnaryOp::Relu: return unary_map(n, x, out, [](T v) { return v > T(0) ? v : T(0); });
-    case UnaryOp::Sigmoid: return unary_map(n, x, out, [](T v) { return T(1) / (T(1) + std::exp(-v)); });
-    case UnaryOp::Silu: return unary_map(n, x, out, [](T v) { return v / (T(1) + std::exp(-v)); });
-    case UnaryOp::Abs: return unary_map(n, x, out, [](T v) { return std::abs(v); });
+    case UnaryOp::Neg: return unary_map(n, x, out, [](C v) { return -v; });
+    case UnaryOp::Exp: return unary_map(n, x, out, [](C v) { return std::exp(v); });
+    case UnaryOp::Log: return unary_map(n, x, out, [](C v) { return std::log(v); });
+    case UnaryOp::Sqrt: return unary_map(n, x, out, [](C v) { return std::sqrt(v); });
+    case UnaryOp::Tanh: return unary_map(n, x, out, [](C v) { return std::tanh(v); });
+    case UnaryOp::Square: return unary_map(n, x, out, [](C v) { return v * v; });
+    case UnaryOp::AddScalar: return unary_map(n, x, out, [ts](C v) { return v + ts; });
+    case UnaryOp::MulScalar: return unary_map(n, x, out, [ts](C v) { return v * ts; });
+    case UnaryOp::RSub: return unary_map(n, x, out, [ts](C v) { return ts - v; });
+    case UnaryOp::RDiv: return unary_map(n, x, out, [ts](C v) { return ts / v; });
+    case UnaryOp::Relu: return unary_map(n, x, out, [](C v) { return v > C(0) ? v : C(0); });
+    case UnaryOp::Sigmoid: return unary_map(n, x, out, [](C v) { return C(1) / (C(1) + std::exp(-v)); });
+    case UnaryOp::Silu: return unary_map(n, x, out, [](C v) { return v / (C(1) + std::exp(-v)); });
+    case UnaryOp::Abs: return unary_map(n, x, out, [](C v) { return std::abs(v); });
   }
 }
 
 template <class T>
 void unary_backward(UnaryOp op, int64_t n, const T* g, const T* x, T* dx) {
+  using C = compute_t<T>;
   auto map = [&](auto f) {
     parallel_for(n, 8, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
-      for (int64_t i = lo; i < hi; ++i) dx[i] = f(g[i], x[i]);
+      for (int64_t i = lo; i < hi; ++i) dx[i] = static_cast<T>(f(static_cast<C>(g[i]), static_cast<C>(x[i])));
     });
   };
   switch (op) {
-    case UnaryOp::Relu: return map([](T gv, T v) { return v > T(0) ? gv : T(0); });
+    case UnaryOp::Relu: return map([](C gv, C v) { return v > C(0) ? gv : C(0); });
     case UnaryOp::Sigmoid:
-      return map([](T gv, T v) {
-        const T sg = T(1) / (T(1) + std::exp(-v));
-        return gv * (sg * (T(1) - sg));
+      return map([](C gv, C v) {
+        const C sg = C(1) / (C(1) + std::exp(-v));
+        return gv * (sg * (C(1) - sg));
       });
     case UnaryOp::Silu:  // d (v sg) = sg + v sg (1 - sg)
-      return map([](T gv, T v) {
-        const T sg = T(1) / (T(1) + std::exp(-v));
-        return gv * (sg * (T(1) + v * (T(1) - sg)));
+      return map([](C gv, C v) {
+        const C sg = C(1) / (C(1) + std::exp(-v));
+        return gv * (sg * (C(1) + v * (C(1) - sg)));
       });
-    case UnaryOp::Abs: return map([](T gv, T v) { return v > T(0) ? gv : v < T(0) ? -gv : T(0); });
+    case UnaryOp::Abs: return map([](C gv, C v) { return v > C(0) ? gv : v < C(0) ? -gv : C(0); });
     default: ZDL_CHECK(false, "unary_backward: op ", static_cast<int>(op), " composes its backward in autograd");
   }
 }
@@ -146,7 +151,7 @@ void argmax_rows(int64_t rows, int64_t n, const T* x, int64_t* out) {
 
 template <class T>
 void accumulate(const StridedRows<2>& it, T* dst, const T* src) {
-  using C = typename compute_type<T>::type;
+  using C = compute_t<T>;
   auto add = [](T d, T s) { return static_cast<T>(static_cast<C>(d) + static_cast<C>(s)); };
   int64_t rows = it.rows(), inner = it.inner();
   auto is = it.inner_strides();
@@ -172,7 +177,7 @@ void accumulate(const StridedRows<2>& it, T* dst, const T* src) {
 
 template <class T>
 void scale(int64_t n, T* x, double s) {
-  using C = typename compute_type<T>::type;
+  using C = compute_t<T>;
   const C cs = static_cast<C>(s);
   parallel_for(n, 4, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
@@ -190,8 +195,7 @@ void scale(int64_t n, T* x, double s) {
   template void scale<T>(int64_t, T*, double);
 ZDL_INSTANTIATE(float)
 ZDL_INSTANTIATE(double)
+ZDL_INSTANTIATE(BFloat16)
 #undef ZDL_INSTANTIATE
-template void accumulate<BFloat16>(const StridedRows<2>&, BFloat16*, const BFloat16*);
-template void scale<BFloat16>(int64_t, BFloat16*, double);
 
 }  // namespace zdl::kernels::cpu

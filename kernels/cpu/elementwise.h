@@ -2,10 +2,8 @@
 // contiguous buffers. Pure functions on buffers; the differentiable ops are in
 // autograd/ops/elementwise.cpp.
 //
-// binary/unary exist for f32 and f64 (differentiable bf16 ops compute in f32, see
-// autograd/ops/bf16_compute.h). accumulate and scale, the in-place helpers behind gradient
-// accumulation and gradient scaling, also take bf16 buffers directly: they compute in f32 and
-// round to nearest even once on store.
+// Every kernel exists for f32, f64 and bf16; bf16 computes in f32 and rounds to nearest even
+// once on store (compute_type.h), so a bf16 result has the bits of the f32 kernel's, rounded.
 #pragma once
 #include <cstdint>
 
@@ -50,11 +48,11 @@ void select(const StridedRows<4>& it, T* out, const T* cond, const T* a, const T
 template <class T>
 void argmax_rows(int64_t rows, int64_t n, const T* x, int64_t* out);
 
-// dst[idx] += src[idx] over `it` (operand order: dst, src). T: float, double, BFloat16.
+// dst[idx] += src[idx] over `it` (operand order: dst, src).
 template <class T>
 void accumulate(const StridedRows<2>& it, T* dst, const T* src);
 
-// x[i] *= s for a contiguous buffer of n elements. T: float, double, BFloat16.
+// x[i] *= s for a contiguous buffer of n elements.
 template <class T>
 void scale(int64_t n, T* x, double s);
 

@@ -2,6 +2,7 @@
 //   gelu(x) = 0.5 x (1 + tanh(k (x + 0.044715 x^3))),  k = sqrt(2/pi).
 // Pure functions on contiguous buffers; the differentiable op is zdl::gelu in
 // autograd/ops/nn.cpp. Backward recomputes tanh from x (saves no activation but x).
+// T: float, double, BFloat16 (computed in f32, compute_type.h).
 #pragma once
 #include <cstdint>
 

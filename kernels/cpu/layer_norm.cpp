@@ -4,13 +4,15 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/cpu/compute_type.h"
 #include "kernels/cpu/parallel.h"
 
 namespace zdl::kernels::cpu {
 
 template <class T>
 void layer_norm_forward(int64_t rows, int64_t C, const T* x, const T* weight, const T* bias, double eps, T* out,
-                        T* mean, T* rstd) {
+                        compute_t<T>* mean, compute_t<T>* rstd) {
+  using A = compute_t<T>;
   parallel_for(rows, 4 * C, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * C;
@@ -27,12 +29,12 @@ void layer_norm_forward(int64_t rows, int64_t C, const T* x, const T* weight, co
         v += d * d;
       }
       double rs = 1.0 / std::sqrt(v / static_cast<double>(C) + eps);
-      const T tm = static_cast<T>(m), trs = static_cast<T>(rs);
+      const A tm = static_cast<A>(m), trs = static_cast<A>(rs);
       for (int64_t c = 0; c < C; ++c) {
-        T n = (xr[c] - tm) * trs;
-        if (weight) n *= weight[c];
-        if (bias) n += bias[c];
-        yr[c] = n;
+        A n = (static_cast<A>(xr[c]) - tm) * trs;
+        if (weight) n *= static_cast<A>(weight[c]);
+        if (bias) n += static_cast<A>(bias[c]);
+        yr[c] = static_cast<T>(n);
       }
       mean[r] = tm;
       rstd[r] = trs;
@@ -41,27 +43,28 @@ void layer_norm_forward(int64_t rows, int64_t C, const T* x, const T* weight, co
 }
 
 template <class T>
-void layer_norm_backward(int64_t rows, int64_t C, const T* x, const T* weight, const T* mean, const T* rstd,
-                         const T* dout, T* dx, T* dweight, T* dbias) {
+void layer_norm_backward(int64_t rows, int64_t C, const T* x, const T* weight, const compute_t<T>* mean,
+                         const compute_t<T>* rstd, const T* dout, T* dx, T* dweight, T* dbias) {
+  using A = compute_t<T>;
   if (dx) {
     parallel_for(rows, 6 * C, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const T* xr = x + r * C;
         const T* gr = dout + r * C;
         T* dxr = dx + r * C;
-        const T m = mean[r], rs = rstd[r];
+        const A m = mean[r], rs = rstd[r];
         double sum_g = 0.0, sum_gx = 0.0;  // sum_c g, sum_c g * xhat
         for (int64_t c = 0; c < C; ++c) {
           double g = static_cast<double>(gr[c]) * (weight ? static_cast<double>(weight[c]) : 1.0);
           sum_g += g;
-          sum_gx += g * static_cast<double>((xr[c] - m) * rs);
+          sum_gx += g * static_cast<double>((static_cast<A>(xr[c]) - m) * rs);
         }
-        const T mg = static_cast<T>(sum_g / static_cast<double>(C));
-        const T mgx = static_cast<T>(sum_gx / static_cast<double>(C));
+        const A mg = static_cast<A>(sum_g / static_cast<double>(C));
+        const A mgx = static_cast<A>(sum_gx / static_cast<double>(C));
         for (int64_t c = 0; c < C; ++c) {
-          T g = weight ? gr[c] * weight[c] : gr[c];
-          T xhat = (xr[c] - m) * rs;
-          dxr[c] = rs * (g - mg - xhat * mgx);
+          A g = weight ? static_cast<A>(gr[c]) * static_cast<A>(weight[c]) : static_cast<A>(gr[c]);
+          A xhat = (static_cast<A>(xr[c]) - m) * rs;
+          dxr[c] = static_cast<T>(rs * (g - mg - xhat * mgx));
         }
       }
     });
@@ -74,16 +77,16 @@ void layer_norm_backward(int64_t rows, int64_t C, const T* x, const T* weight, c
       for (int64_t r = 0; r < rows; ++r) {
         const T* xr = x + r * C;
         const T* gr = dout + r * C;
-        const T m = mean[r], rs = rstd[r];
+        const A m = mean[r], rs = rstd[r];
         for (int64_t c = c0; c < c1; ++c) {
           double g = static_cast<double>(gr[c]);
-          aw[c - c0] += g * static_cast<double>((xr[c] - m) * rs);
+          aw[c - c0] += g * static_cast<double>((static_cast<A>(xr[c]) - m) * rs);
           ab[c - c0] += g;
         }
       }
       for (int64_t c = c0; c < c1; ++c) {
-        if (dweight) dweight[c] = static_cast<T>(aw[c - c0]);
-        if (dbias) dbias[c] = static_cast<T>(ab[c - c0]);
+        if (dweight) dweight[c] = static_cast<T>(static_cast<A>(aw[c - c0]));
+        if (dbias) dbias[c] = static_cast<T>(static_cast<A>(ab[c - c0]));
       }
     });
   }
@@ -97,5 +100,9 @@ template void layer_norm_backward<float>(int64_t, int64_t, const float*, const f
                                          const float*, float*, float*, float*);
 template void layer_norm_backward<double>(int64_t, int64_t, const double*, const double*, const double*,
                                           const double*, const double*, double*, double*, double*);
+template void layer_norm_forward<BFloat16>(int64_t, int64_t, const BFloat16*, const BFloat16*, const BFloat16*, double,
+                                           BFloat16*, float*, float*);
+template void layer_norm_backward<BFloat16>(int64_t, int64_t, const BFloat16*, const BFloat16*, const float*,
+                                            const float*, const BFloat16*, BFloat16*, BFloat16*, BFloat16*);
 
 }  // namespace zdl::kernels::cpu

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include <omp.h>
 
@@ -117,6 +118,25 @@ void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16*
 #endif
 }
 
+// bf16 operands and result: the tile's sums in f32 (on top of c's values when accumulating),
+// in a scratch of this thread's, rounded to bf16 once on the way out. Tile-sized, so the f32
+// values stay in cache instead of making a full-size f32 copy and a pass over it.
+void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16* a, int64_t lda, bool trans_b,
+                  const BFloat16* b, int64_t ldb, BFloat16* c, int64_t ldc, bool accumulate) {
+  thread_local std::vector<float> sums;
+  sums.resize(static_cast<size_t>(M * N));
+  if (accumulate)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) sums[m * N + n] = static_cast<float>(c[m * ldc + n]);
+  tile_product(M, N, K, trans_a, a, lda, trans_b, b, ldb, sums.data(), N, accumulate);
+  for (int64_t m = 0; m < M; ++m) {
+    const float* src = sums.data() + m * N;
+    BFloat16* dst = c + m * ldc;
+#pragma omp simd
+    for (int64_t n = 0; n < N; ++n) dst[n] = BFloat16(src[n]);
+  }
+}
+
 // [Note: thread-count invariance] Eigen's own threading re-derives its blocking of K from the
 // thread count, so the same product rounds differently on 1 and 2 threads, and a rank's result
 // would depend on how many cores it was given. Instead C is cut into tiles chosen from the
@@ -162,7 +182,7 @@ void gemm_unchecked(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, i
   }
 }
 
-// gemm_batched's body for operands T and result TC (f32/f64 alike, or bf16 into f32).
+// gemm_batched's body for operands T and result TC (f32/f64 alike, or bf16 in and out).
 template <class T, class TC>
 void batched_products(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda,
                       int64_t stride_a, bool trans_b, const T* b, int64_t ldb, int64_t stride_b, TC* c, int64_t ldc,
@@ -247,7 +267,7 @@ bool gemm_bf16_available() {
 }
 
 void gemm_bf16_batched(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16* a, int64_t lda,
-                       int64_t stride_a, bool trans_b, const BFloat16* b, int64_t ldb, int64_t stride_b, float* c,
+                       int64_t stride_a, bool trans_b, const BFloat16* b, int64_t ldb, int64_t stride_b, BFloat16* c,
                        int64_t ldc, int64_t stride_c, bool accumulate) {
   ZDL_CHECK(gemm_bf16_available(), "gemm_bf16_batched: no native bf16 GEMM here (see gemm_bf16_available)");
   batched_products(batch, M, N, K, trans_a, a, lda, stride_a, trans_b, b, ldb, stride_b, c, ldc, stride_c, accumulate);

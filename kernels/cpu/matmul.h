@@ -49,14 +49,14 @@ void gemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, 
                   int64_t stride_a, bool trans_b, const T* b, int64_t ldb, int64_t stride_b, T* c, int64_t ldc,
                   int64_t stride_c, bool accumulate);
 
-// bf16 operands, f32 result: gemm_batched with every product summed in f32 (oneDNN's bf16
-// GEMM, no rounding until the caller's). Only where gemm_bf16_available(): a build with
+// bf16 operands and result: gemm_batched with every product summed in f32 (oneDNN's bf16
+// GEMM), on top of C's value when accumulating, and rounded to bf16 once. Only where gemm_bf16_available(): a build with
 // oneDNN's bf16 GEMM, the oneDNN back end in use, and a CPU with AVX512-BF16 dot products
 // (elsewhere oneDNN would emulate them, and bf16 ops compute in f32 instead:
 // autograd/ops/bf16_compute.h).
 bool gemm_bf16_available();
 void gemm_bf16_batched(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16* a, int64_t lda,
-                       int64_t stride_a, bool trans_b, const BFloat16* b, int64_t ldb, int64_t stride_b, float* c,
+                       int64_t stride_a, bool trans_b, const BFloat16* b, int64_t ldb, int64_t stride_b, BFloat16* c,
                        int64_t ldc, int64_t stride_c, bool accumulate);
 
 // out[r, :] = row for r < rows (out row-major [rows, cols], row contiguous [cols]): the bias

@@ -3,12 +3,15 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/cpu/compute_type.h"
 #include "kernels/cpu/parallel.h"
 
 namespace zdl::kernels::cpu {
 
 template <class T>
 void sum_reduce(int64_t outer, int64_t reduce, int64_t inner, const T* x, T* out) {
+  // The double sum rounds to the compute type first (bf16: as the f32 kernel's result would be).
+  auto store = [](double v) { return static_cast<T>(static_cast<compute_t<T>>(v)); };
   if (inner == 1) {
     parallel_for(outer, reduce, [&](int64_t o0, int64_t o1) {
       for (int64_t o = o0; o < o1; ++o) {
@@ -16,7 +19,7 @@ void sum_reduce(int64_t outer, int64_t reduce, int64_t inner, const T* x, T* out
         double acc = 0.0;
 #pragma omp simd reduction(+ : acc)
         for (int64_t r = 0; r < reduce; ++r) acc += static_cast<double>(p[r]);
-        out[o] = static_cast<T>(acc);
+        out[o] = store(acc);
       }
     });
     return;
@@ -33,12 +36,13 @@ void sum_reduce(int64_t outer, int64_t reduce, int64_t inner, const T* x, T* out
 #pragma omp simd
         for (int64_t i = i0; i < i1; ++i) acc[i - i0] += static_cast<double>(row[i]);
       }
-      for (int64_t i = i0; i < i1; ++i) dst[i] = static_cast<T>(acc[i - i0]);
+      for (int64_t i = i0; i < i1; ++i) dst[i] = store(acc[i - i0]);
     });
   }
 }
 
 template void sum_reduce<float>(int64_t, int64_t, int64_t, const float*, float*);
 template void sum_reduce<double>(int64_t, int64_t, int64_t, const double*, double*);
+template void sum_reduce<BFloat16>(int64_t, int64_t, int64_t, const BFloat16*, BFloat16*);
 
 }  // namespace zdl::kernels::cpu

@@ -1,5 +1,5 @@
-// bf16 on the CPU: every differentiable op runs on bf16 inputs (computing in f32 between casts,
-// autograd/ops/bf16_compute.h) and matches the same op on f32 inputs holding the same
+// bf16 on the CPU: every differentiable op runs on bf16 inputs (natively, or computing in f32
+// between casts: autograd/ops/bf16_compute.h) and matches the same op on f32 inputs holding the same
 // bf16-rounded values to bf16 precision: relative L2 error < 1e-2 on the output and on every
 // input gradient. Outputs are bf16 (the cross_entropy loss f32), gradients have their input's
 // dtype. Also: the in-place add_/scale_ on bf16 round to nearest even, mixed bf16/f32 throws,
@@ -47,6 +47,16 @@ struct Input {
   double low = -1.0, high = 1.0;
 };
 
+// bf16 leaves (xb) and f32 leaves holding the same values (xf), seeded from `seed` on.
+void same_value_leaves(const std::vector<Input>& inputs, uint64_t seed, std::vector<Tensor>& xb,
+                       std::vector<Tensor>& xf) {
+  for (const Input& in : inputs) {
+    Tensor b = bf16_values(in.shape, seed++, in.low, in.high);
+    xf.push_back(b.to(DType::F32).set_requires_grad(true));
+    xb.push_back(b.set_requires_grad(true));
+  }
+}
+
 // Runs f on bf16 leaves and on f32 leaves with the same values, backpropagates the same random
 // (bf16-exact) output weighting through both and compares outputs and input gradients.
 // out_dtype: the dtype f must return on the bf16 inputs.
@@ -54,12 +64,7 @@ void expect_bf16_matches_f32(const std::string& what, const Fn& f, const std::ve
                              DType out_dtype = DType::BF16) {
   SCOPED_TRACE(what);
   std::vector<Tensor> xb, xf;
-  uint64_t seed = 1;
-  for (const Input& in : inputs) {
-    Tensor b = bf16_values(in.shape, seed++, in.low, in.high);
-    xf.push_back(b.to(DType::F32).set_requires_grad(true));
-    xb.push_back(b.set_requires_grad(true));
-  }
+  same_value_leaves(inputs, 1, xb, xf);
   Tensor yb = f(xb), yf = f(xf);
   ASSERT_EQ(yb.dtype(), out_dtype);
   ASSERT_EQ(yf.dtype(), DType::F32);
@@ -122,6 +127,42 @@ TEST(Bf16, SoftmaxGeluLayerNormDropout) {
   expect_bf16_matches_f32(
       "dropout", [](const auto& x) { return dropout(x[0], 0.25, /*training=*/true, /*seed=*/7, /*stream=*/3); },
       {{{8, 16}}});
+}
+
+TEST(Bf16, NativeKernelsGiveTheRoundedF32Bits) {
+  // add, sub, mul, gelu, layer_norm and sum read and write bf16 directly (computing in f32,
+  // kernels/cpu/compute_type.h): outputs and every gradient must be the f32 op's on the same
+  // values, rounded to bf16 once. Sizes large enough for the threaded paths; broadcast operands
+  // (their gradient a sum) included.
+  auto expect_rounded_f32 = [](const std::string& what, const Fn& f, const std::vector<Input>& inputs) {
+    SCOPED_TRACE(what);
+    std::vector<Tensor> xb, xf;
+    same_value_leaves(inputs, 11, xb, xf);
+    Tensor yb = f(xb), yf = f(xf);
+    ASSERT_EQ(yb.dtype(), DType::BF16);
+    EXPECT_EQ(yb.to_vector(), yf.to(DType::BF16).to_vector()) << "forward output";
+    Tensor w = bf16_values(yb.shape(), 99, -1.0, 1.0);
+    yb.backward(w);
+    yf.backward(w.to(DType::F32));
+    for (size_t i = 0; i < xb.size(); ++i) {
+      ASSERT_EQ(xb[i].grad().dtype(), DType::BF16) << "input " << i;
+      EXPECT_EQ(xb[i].grad().to_vector(), xf[i].grad().to(DType::BF16).to_vector()) << "gradient of input " << i;
+    }
+  };
+  const Shape big = {64, 40, 24};  // 61440 elements
+  expect_rounded_f32("add", [](const auto& x) { return add(x[0], x[1]); }, {{big}, {big}});
+  expect_rounded_f32("add broadcast", [](const auto& x) { return add(x[0], x[1]); }, {{big}, {{40, 24}}});
+  expect_rounded_f32("sub broadcast", [](const auto& x) { return sub(x[0], x[1]); }, {{big}, {{64, 1, 24}}});
+  expect_rounded_f32("mul", [](const auto& x) { return mul(x[0], x[1]); }, {{big}, {big}});
+  expect_rounded_f32("mul broadcast", [](const auto& x) { return mul(x[0], x[1]); }, {{big}, {{24}, 0.5, 2.0}});
+  expect_rounded_f32("gelu", [](const auto& x) { return gelu(x[0]); }, {{big, -4.0, 4.0}});
+  expect_rounded_f32(
+      "layer_norm affine", [](const auto& x) { return layer_norm(x[0], x[1], x[2]); },
+      {{big, -2.0, 3.0}, {{24}, 0.5, 1.5}, {{24}}});
+  expect_rounded_f32("layer_norm plain", [](const auto& x) { return layer_norm(x[0], Tensor(), Tensor()); },
+                     {{{300, 96}}});
+  expect_rounded_f32("sum rows", [](const auto& x) { return sum(x[0], {0, 1}); }, {{big}});
+  expect_rounded_f32("sum last", [](const auto& x) { return sum(x[0], {2}, /*keepdim=*/true); }, {{big}});
 }
 
 TEST(Bf16, MatmulAndLinear) {
