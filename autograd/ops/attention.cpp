@@ -19,7 +19,6 @@
 
 #include "autograd/node.h"
 #include "autograd/ops.h"
-#include "autograd/ops/bf16_compute.h"
 #include "autograd/ops/op_checks.h"
 #include "core/memory.h"
 #include "kernels/cpu/attention.h"
@@ -199,25 +198,28 @@ Tensor causal_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v) 
 }  // namespace
 
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
-  if (bf16_on_cpu("causal_attention", {&q, &k, &v})) return to_bf16(causal_attention(to_f32(q), to_f32(k), to_f32(v)));
+  check_float_args("causal_attention", {&q, &k, &v});
 #ifdef ZDL_WITH_CUDA
   if (on_cuda("causal_attention", q)) return causal_attention_cuda(q, k, v);
 #endif
   check_cpu("causal_attention", q);
   check_attention_shapes(q, k, v);
   const int64_t B = q.size(0), NH = q.size(1), T = q.size(2), HS = q.size(3), BNH = B * NH;
+  // bf16 computes in f32 (kernels/cpu/compute_type.h): lse and the scratch are f32.
+  const DType acc = q.dtype() == DType::BF16 ? DType::F32 : q.dtype();
 
   Tensor qc = contiguous_detached(q), kc = contiguous_detached(k), vc = contiguous_detached(v);
   Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());  // [B, NH, T, HS]
   const bool grad = autograd::needs_grad({q, k, v});
-  Tensor lse = grad ? Tensor::empty({B, NH, T}, q.dtype(), q.device()) : Tensor();  // [B, NH, T]
+  Tensor lse = grad ? Tensor::empty({B, NH, T}, acc, q.device()) : Tensor();  // [B, NH, T]
   const int threads = kernels::cpu::attention_threads(BNH, T, HS);
   if (out.numel() > 0) {
-    Tensor work = workspace(kernels::cpu::attention_forward_workspace(BNH, T, HS, threads), q.dtype());
-    ZDL_DISPATCH_FLOAT(q.dtype(), "causal_attention", [&](auto tag) {
+    ZDL_DISPATCH_FLOAT_OR_BF16(q.dtype(), "causal_attention", [&](auto tag) {
       using F = decltype(tag);
+      using A = kernels::cpu::compute_t<F>;
+      Tensor work = workspace(kernels::cpu::attention_forward_workspace<F>(BNH, T, HS, threads), acc);
       kernels::cpu::causal_attention_forward<F>(BNH, T, HS, qc.data<F>(), kc.data<F>(), vc.data<F>(), out.data<F>(),
-                                                grad ? lse.data<F>() : nullptr, threads, work.data<F>());
+                                                grad ? lse.data<A>() : nullptr, threads, work.data<A>());
     });
   }
   if (!grad) return out;
@@ -235,12 +237,13 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
         Tensor dv = Tensor::empty(qc.shape(), qc.dtype(), qc.device());
         if (dq.numel() == 0) return TensorList{dq, dk, dv};
         const int threads = kernels::cpu::attention_threads(BNH, T, HS);
-        Tensor work = workspace(kernels::cpu::attention_backward_workspace(BNH, T, HS, threads), qc.dtype());
-        ZDL_DISPATCH_FLOAT(qc.dtype(), "causal_attention backward", [&](auto tag) {
+        ZDL_DISPATCH_FLOAT_OR_BF16(qc.dtype(), "causal_attention backward", [&](auto tag) {
           using F = decltype(tag);
+          using A = kernels::cpu::compute_t<F>;
+          Tensor work = workspace(kernels::cpu::attention_backward_workspace<F>(BNH, T, HS, threads), lse.dtype());
           kernels::cpu::causal_attention_backward<F>(BNH, T, HS, qc.data<F>(), kc.data<F>(), vc.data<F>(), o.data<F>(),
-                                                     lse.data<F>(), dout.data<F>(), dq.data<F>(), dk.data<F>(),
-                                                     dv.data<F>(), threads, work.data<F>());
+                                                     lse.data<A>(), dout.data<F>(), dq.data<F>(), dk.data<F>(),
+                                                     dv.data<F>(), threads, work.data<A>());
         });
         return TensorList{dq, dk, dv};
       });

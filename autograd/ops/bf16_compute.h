@@ -2,9 +2,10 @@
 // tensors.
 //
 // The hot ops of a transformer have bf16 CPU kernels that compute in f32 between a bf16 load
-// and one rounding on store (kernels/cpu/compute_type.h): add, sub, mul, sum, gelu and
-// layer_norm, and matmul/linear where the CPU has bf16 dot products. The others compute in
-// f32/f64 only. For ZeRO's mixed-precision mode (bf16 parameters,
+// and one rounding on store (kernels/cpu/compute_type.h): add, sub, mul, sum, gelu,
+// layer_norm, dropout, embedding, causal_attention, cross_entropy, and matmul/linear where the
+// CPU has bf16 dot products. The others (div, the scalar and unary maps, maximum/minimum/where,
+// mean, softmax) compute in f32/f64 only. For ZeRO's mixed-precision mode (bf16 parameters,
 // activations and gradients; f32 master weights and Adam moments) an op whose floating inputs
 // are bf16 on the CPU casts them to f32 with the differentiable `cast`, runs itself on those,
 // and casts the floating result back to bf16. Autograd records the casts, so backward runs the

@@ -395,7 +395,7 @@ Tensor softmax(const Tensor& x, int64_t dim) {
 // ---- embedding ----
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
-  if (bf16_on_cpu("embedding", {&weight})) return to_bf16(embedding(to_f32(weight), ids));
+  check_float_args("embedding", {&weight});
 #ifdef ZDL_WITH_CUDA
   if (on_cuda("embedding", weight)) return embedding_cuda(weight, ids);
 #endif
@@ -418,7 +418,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   out_shape.push_back(C);  // [S..., C]
   Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
   if (out.numel() > 0) {
-    ZDL_DISPATCH_FLOAT(weight.dtype(), "embedding", [&](auto tag) {
+    ZDL_DISPATCH_FLOAT_OR_BF16(weight.dtype(), "embedding", [&](auto tag) {
       using T = decltype(tag);
       dispatch_index(ids.dtype(), [&](auto itag) {
         using I = decltype(itag);
@@ -432,7 +432,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
     Tensor dw = Tensor::empty({V, C}, dt, dev);
     if (dw.numel() == 0) return TensorList{dw};
     Tensor gc = dense(g[0]);
-    ZDL_DISPATCH_FLOAT(dt, "embedding backward", [&](auto tag) {
+    ZDL_DISPATCH_FLOAT_OR_BF16(dt, "embedding backward", [&](auto tag) {
       using T = decltype(tag);
       dispatch_index(idc.dtype(), [&](auto itag) {
         using I = decltype(itag);
@@ -446,10 +446,9 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 // ---- cross_entropy ----
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, int64_t num_classes) {
-  // bf16 logits: the loss stays f32 (as under PyTorch autocast, losses are reduced in f32);
-  // the gradient w.r.t. the logits comes back bf16 through the cast.
-  if (bf16_on_cpu("cross_entropy", {&logits}))
-    return cross_entropy(to_f32(logits), targets, ignore_index, num_classes);
+  // bf16 logits: the loss is f32 (as under PyTorch autocast, losses are reduced in f32), the
+  // row statistics too; the gradient w.r.t. the logits is bf16.
+  check_float_args("cross_entropy", {&logits});
 #ifdef ZDL_WITH_CUDA
   if (on_cuda("cross_entropy", logits)) return cross_entropy_cuda(logits, targets, ignore_index, num_classes);
 #endif
@@ -466,21 +465,23 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
               bad, " is out of range [0, V=", V, ") and is not ignore_index=", ignore_index,
               " (logits shape=", shape_str(logits.shape()), ", targets shape=", shape_str(targets.shape()), ")");
   });
-  Tensor row_max = Tensor::empty({N}, logits.dtype(), logits.device());  // (N,)
-  Tensor row_lse = Tensor::empty({N}, logits.dtype(), logits.device());  // (N,) log sum exp(x - max)
+  const DType acc = logits.dtype() == DType::BF16 ? DType::F32 : logits.dtype();
+  Tensor row_max = Tensor::empty({N}, acc, logits.device());  // (N,)
+  Tensor row_lse = Tensor::empty({N}, acc, logits.device());  // (N,) log sum exp(x - max)
   double total = 0.0;
   if (count > 0) {
-    ZDL_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", [&](auto tag) {
+    ZDL_DISPATCH_FLOAT_OR_BF16(logits.dtype(), "cross_entropy", [&](auto tag) {
       using T = decltype(tag);
+      using A = kc::compute_t<T>;
       dispatch_index(targets.dtype(), [&](auto itag) {
         using I = decltype(itag);
         total = kc::cross_entropy_forward<T, I>(N, V, ld, lc.data<T>(), tc.data<I>(), ignore_index,
-                                                row_max.data<T>(), row_lse.data<T>());
+                                                row_max.data<A>(), row_lse.data<A>());
       });
     });
   }
   // Mean over non-ignored rows; all rows ignored -> 0 (and zero gradients), not NaN.
-  Tensor out = Tensor::scalar(count > 0 ? total / static_cast<double>(count) : 0.0, logits.dtype(), logits.device());
+  Tensor out = Tensor::scalar(count > 0 ? total / static_cast<double>(count) : 0.0, acc, logits.device());
   // loss = (1/count) sum_n (max_n + lse_n - x[n, t_n])
   //   => dloss/dx[n, v] = (softmax(x_n)_v - [v == t_n]) / count,  softmax_v = exp(x_v - max - lse)
   return autograd::record(
@@ -493,12 +494,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
           return TensorList{dl};
         }
         double scale = g[0].item() / static_cast<double>(count);
-        ZDL_DISPATCH_FLOAT(xs.dtype(), "cross_entropy backward", [&](auto tag) {
+        ZDL_DISPATCH_FLOAT_OR_BF16(xs.dtype(), "cross_entropy backward", [&](auto tag) {
           using T = decltype(tag);
+          using A = kc::compute_t<T>;
           dispatch_index(tc.dtype(), [&](auto itag) {
             using I = decltype(itag);
-            kc::cross_entropy_backward<T, I>(N, V, ld, xs.data<T>(), tc.data<I>(), ignore_index, row_max.data<T>(),
-                                             row_lse.data<T>(), scale, dl.data<T>());
+            kc::cross_entropy_backward<T, I>(N, V, ld, xs.data<T>(), tc.data<I>(), ignore_index, row_max.data<A>(),
+                                             row_lse.data<A>(), scale, dl.data<T>());
           });
         });
         return TensorList{dl};
@@ -516,12 +518,10 @@ Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed, uint64_t
   if (on_cuda("dropout", x)) return dropout_cuda(x, p, seed, stream, offset);
 #endif
   check_cpu("dropout", x);
-  // The mask depends only on (seed, stream, i), so the f32 detour drops the same elements.
-  if (bf16_on_cpu("dropout", {&x})) return to_bf16(dropout(to_f32(x), p, training, seed, stream, offset));
   Tensor xc = dense(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (out.numel() == 0) return out;
-  ZDL_DISPATCH_FLOAT(x.dtype(), "dropout", [&](auto tag) {
+  ZDL_DISPATCH_FLOAT_OR_BF16(x.dtype(), "dropout", [&](auto tag) {
     using T = decltype(tag);
     kc::dropout_forward<T>(xc.numel(), xc.data<T>(), p, seed, stream, out.data<T>(), offset);
   });
@@ -530,7 +530,7 @@ Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed, uint64_t
   return autograd::record("dropout", {x}, out, [p, seed, stream, offset](const TensorList& g) {
     Tensor gc = dense(g[0]);
     Tensor dx = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
-    ZDL_DISPATCH_FLOAT(gc.dtype(), "dropout backward", [&](auto tag) {
+    ZDL_DISPATCH_FLOAT_OR_BF16(gc.dtype(), "dropout backward", [&](auto tag) {
       using T = decltype(tag);
       kc::dropout_backward<T>(gc.numel(), gc.data<T>(), p, seed, stream, dx.data<T>(), offset);
     });

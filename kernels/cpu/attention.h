@@ -14,10 +14,15 @@
 // it (tagged as Workspace in the memory ledger), and passes it in with the same thread count.
 //
 //   int nt = attention_threads(bnh, t, hs);
-//   std::vector<float> work(attention_forward_workspace(bnh, t, hs, nt));
+//   std::vector<float> work(attention_forward_workspace<float>(bnh, t, hs, nt));
 //   causal_attention_forward<float>(bnh, t, hs, q, k, v, out, lse, nt, work.data());
+//
+// T: float, double, BFloat16. bf16 buffers compute in f32 (compute_type.h): lse and the
+// workspace are f32, and the results are the f32 kernel's on the same values, rounded once.
 #pragma once
 #include <cstdint>
+
+#include "kernels/cpu/compute_type.h"
 
 namespace zdl::kernels::cpu {
 
@@ -28,19 +33,22 @@ constexpr int64_t kAttentionRowBlock = 64;
 // Threads worth using for this problem size (1 for tiny problems).
 int attention_threads(int64_t bnh, int64_t t, int64_t hs);
 
-// Scratch elements (of the buffers' dtype) the kernels need when run with `threads` threads.
+// Scratch elements (of compute_t<T>) the kernels need when run with `threads` threads.
+template <class T>
 int64_t attention_forward_workspace(int64_t bnh, int64_t t, int64_t hs, int threads);
+template <class T>
 int64_t attention_backward_workspace(int64_t bnh, int64_t t, int64_t hs, int threads);
 
 // q, k, v, out: [BNH, T, HS]; lse: [BNH, T] or null (inference: nothing saved for backward).
 template <class T>
-void causal_attention_forward(int64_t bnh, int64_t t, int64_t hs, const T* q, const T* k, const T* v, T* out, T* lse,
-                              int threads, T* work);
+void causal_attention_forward(int64_t bnh, int64_t t, int64_t hs, const T* q, const T* k, const T* v, T* out,
+                              compute_t<T>* lse, int threads, compute_t<T>* work);
 
 // Gradients of causal_attention_forward, given its q, k, v, out and lse and dout = dL/dout.
 // dq, dk, dv: [BNH, T, HS], overwritten.
 template <class T>
 void causal_attention_backward(int64_t bnh, int64_t t, int64_t hs, const T* q, const T* k, const T* v, const T* out,
-                               const T* lse, const T* dout, T* dq, T* dk, T* dv, int threads, T* work);
+                               const compute_t<T>* lse, const T* dout, T* dq, T* dk, T* dv, int threads,
+                               compute_t<T>* work);
 
 }  // namespace zdl::kernels::cpu

@@ -8,8 +8,12 @@
 // the largest activation. Backward recomputes p_v = exp(x_v - max - lse) from them:
 //   loss = (1/count) sum_rows (max + lse - x_target)
 //   dlogits[n, v] = dloss / count * (p_v - [v == target_n]),  0 on ignored rows.
+//
+// T: float, double, BFloat16 (computed in f32 with f32 row statistics, compute_type.h).
 #pragma once
 #include <cstdint>
+
+#include "kernels/cpu/compute_type.h"
 
 namespace zdl::kernels::cpu {
 
@@ -22,13 +26,14 @@ int64_t cross_entropy_first_bad_target(int64_t N, const I* targets, int64_t V, i
 // added in row order (deterministic). Ignored rows get max = lse = 0.
 template <class T, class I>
 double cross_entropy_forward(int64_t N, int64_t V, int64_t ld, const T* logits, const I* targets,
-                             int64_t ignore_index, T* row_max, T* row_lse);
+                             int64_t ignore_index, compute_t<T>* row_max, compute_t<T>* row_lse);
 
 // dlogits (N rows of ld) = scale * (softmax - onehot) on non-ignored rows, 0 on ignored rows
 // and in the padding. scale = dloss / count. dlogits may be logits itself (each element is read
 // before it is written): the gradient then replaces the logits, which the backward no longer needs.
 template <class T, class I>
 void cross_entropy_backward(int64_t N, int64_t V, int64_t ld, const T* logits, const I* targets,
-                            int64_t ignore_index, const T* row_max, const T* row_lse, double scale, T* dlogits);
+                            int64_t ignore_index, const compute_t<T>* row_max, const compute_t<T>* row_lse,
+                            double scale, T* dlogits);
 
 }  // namespace zdl::kernels::cpu

@@ -4,6 +4,7 @@
 // (seed, stream, i): backward regenerates it instead of saving it (no mask memory between
 // forward and backward, ~10 Philox rounds per element of recompute), and any slice of a
 // tensor can be masked alone given its flat offset, bit-identical to the whole.
+// T: float, double, BFloat16 (scaled in f32, rounded once).
 #pragma once
 #include <cstdint>
 

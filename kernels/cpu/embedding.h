@@ -18,7 +18,7 @@ template <class T, class I>
 void embedding_forward(int64_t n, int64_t C, const T* weight, const I* ids, T* out);
 
 // dweight (V, C) = sum over i with ids[i] == v of dout[i, :]; dweight is overwritten (rows
-// never looked up get 0).
+// never looked up get 0). T: float, double, BFloat16 (summed in f32, rounded once).
 template <class T, class I>
 void embedding_backward(int64_t n, int64_t V, int64_t C, const I* ids, const T* dout, T* dweight);
 

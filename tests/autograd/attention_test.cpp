@@ -153,10 +153,10 @@ TEST(Attention, ThreadedKernelsMatchSerial) {
     auto run = [&](int threads) {
       Result r{std::vector<double>(n), std::vector<double>(bnh * T), std::vector<double>(n), std::vector<double>(n),
                std::vector<double>(n)};
-      std::vector<double> work(kc::attention_forward_workspace(bnh, T, HS, threads));
+      std::vector<double> work(kc::attention_forward_workspace<double>(bnh, T, HS, threads));
       kc::causal_attention_forward<double>(bnh, T, HS, q.data(), k.data(), v.data(), r.out.data(), r.lse.data(), threads,
                                            work.data());
-      work.assign(kc::attention_backward_workspace(bnh, T, HS, threads), 0.0);
+      work.assign(kc::attention_backward_workspace<double>(bnh, T, HS, threads), 0.0);
       kc::causal_attention_backward<double>(bnh, T, HS, q.data(), k.data(), v.data(), r.out.data(), r.lse.data(),
                                             dout.data(), r.dq.data(), r.dk.data(), r.dv.data(), threads, work.data());
       return r;
