@@ -183,7 +183,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
   // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 = -out/b
   bool ga = a.requires_grad(), gb = b.requires_grad();
   return autograd::record("div", {a, b}, out, [a, b, o = out.detach(), ga, gb](const TensorList& g) {
-    if (broadcast_bf16(g[0], a.shape(), b.shape()))  // see [Note: bf16 broadcast gradients]
+    // (bf16 reaches here on CUDA only: the CPU divides bf16 through the f32 detour above.)
+    if (g[0].device().is_cuda() && broadcast_bf16(g[0], a.shape(), b.shape()))  // [Note: bf16 broadcast gradients]
       return TensorList{ga ? cast(sum_to(div(to_f32(g[0]), to_f32(b)), a.shape()), DType::BF16) : Tensor(),
                         gb ? cast(sum_to(cuda_div_grad_b(to_f32(g[0]), to_f32(a), to_f32(b)), b.shape()), DType::BF16)
                            : Tensor()};

@@ -24,8 +24,9 @@
 //
 // bf16 buffers: each item converts the rows it reads to f32 in its thread's scratch (the query
 // block, the keys and values it sees, and in backward the block's O and dO), runs the f32 code
-// on them and rounds what it writes once; dK/dV of an item accumulate in f32 and are rounded
-// when the item is done. So the results are the f32 kernel's on the same values, rounded.
+// on them and rounds what it writes once; dK/dV accumulate in f32 and are rounded once: when a
+// whole-head item is done, or by the final sum of a head's chunks. So the results are the f32
+// kernel's on the same values, rounded (backward reads the saved output as rounded to bf16).
 #include "kernels/cpu/attention.h"
 
 #include <algorithm>

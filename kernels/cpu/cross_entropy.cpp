@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/compute_type.h"
@@ -69,11 +70,16 @@ void cross_entropy_backward(int64_t N, int64_t V, int64_t ld, const T* logits, c
       }
       const T* x = logits + n * ld;
       const A shift = row_max[n] + row_lse[n];
-      A at_target = s * std::exp(static_cast<A>(x[t]) - shift);  // read before d overwrites x
-      at_target -= s;  // a statement of its own: never contracted into an FMA
-      for (int64_t v = 0; v < V; ++v) d[v] = static_cast<T>(s * std::exp(static_cast<A>(x[v]) - shift));
+      if constexpr (std::is_same_v<T, A>) {
+        for (int64_t v = 0; v < V; ++v) d[v] = s * std::exp(x[v] - shift);
+        d[t] -= s;
+      } else {  // bf16: p_t - 1 rounded once, so formed before the loop overwrites x (d may be x)
+        A at_target = s * std::exp(static_cast<A>(x[t]) - shift);
+        at_target -= s;  // two statements, as the f32 path's (clang fuses a*b - c within one)
+        for (int64_t v = 0; v < V; ++v) d[v] = static_cast<T>(s * std::exp(static_cast<A>(x[v]) - shift));
+        d[t] = static_cast<T>(at_target);
+      }
       std::fill(d + V, d + ld, T(0));
-      d[t] = static_cast<T>(at_target);  // one rounding (bf16) of p_t - 1
     }
   });
 }

@@ -195,7 +195,9 @@ void scale(int64_t n, T* x, double s) {
   template void scale<T>(int64_t, T*, double);
 ZDL_INSTANTIATE(float)
 ZDL_INSTANTIATE(double)
-ZDL_INSTANTIATE(BFloat16)
 #undef ZDL_INSTANTIATE
+template void binary<BFloat16>(BinaryOp, const StridedRows<3>&, BFloat16*, const BFloat16*, const BFloat16*);
+template void accumulate<BFloat16>(const StridedRows<2>&, BFloat16*, const BFloat16*);
+template void scale<BFloat16>(int64_t, BFloat16*, double);
 
 }  // namespace zdl::kernels::cpu

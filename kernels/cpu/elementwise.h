@@ -2,8 +2,10 @@
 // contiguous buffers. Pure functions on buffers; the differentiable ops are in
 // autograd/ops/elementwise.cpp.
 //
-// Every kernel exists for f32, f64 and bf16; bf16 computes in f32 and rounds to nearest even
-// once on store (compute_type.h), so a bf16 result has the bits of the f32 kernel's, rounded.
+// Every kernel exists for f32 and f64; binary, accumulate and scale also for bf16, computing
+// in f32 and rounding to nearest even once on store (compute_type.h), so a bf16 result has the
+// bits of the f32 kernel's, rounded. (The unary maps compose their backward from several ops,
+// which in bf16 would round at each: those ops compute bf16 in f32, autograd/ops/bf16_compute.h.)
 #pragma once
 #include <cstdint>
 

@@ -119,21 +119,28 @@ void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16*
 }
 
 // bf16 operands and result: the tile's sums in f32 (on top of c's values when accumulating),
-// in a scratch of this thread's, rounded to bf16 once on the way out. Tile-sized, so the f32
-// values stay in cache instead of making a full-size f32 copy and a pass over it.
+// in a scratch of this thread's, rounded to bf16 once on the way out, kBf16Cols columns at a
+// time: the scratch stays at most 256 x 1024 floats (1 MiB) whatever N (a 50k vocabulary's
+// head included), and the f32 values are rounded while still in cache, instead of a full-size
+// f32 result and a pass over it. The split depends on the shape only, as the tiles do.
+constexpr int64_t kBf16Cols = 1024;
 void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16* a, int64_t lda, bool trans_b,
                   const BFloat16* b, int64_t ldb, BFloat16* c, int64_t ldc, bool accumulate) {
   thread_local std::vector<float> sums;
-  sums.resize(static_cast<size_t>(M * N));
-  if (accumulate)
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) sums[m * N + n] = static_cast<float>(c[m * ldc + n]);
-  tile_product(M, N, K, trans_a, a, lda, trans_b, b, ldb, sums.data(), N, accumulate);
-  for (int64_t m = 0; m < M; ++m) {
-    const float* src = sums.data() + m * N;
-    BFloat16* dst = c + m * ldc;
+  for (int64_t n0 = 0; n0 < N; n0 += kBf16Cols) {
+    const int64_t nn = std::min(kBf16Cols, N - n0);
+    sums.resize(static_cast<size_t>(M * nn));
+    BFloat16* cc = c + n0;
+    if (accumulate)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < nn; ++n) sums[m * nn + n] = static_cast<float>(cc[m * ldc + n]);
+    tile_product(M, nn, K, trans_a, a, lda, trans_b, trans_b ? b + n0 * ldb : b + n0, ldb, sums.data(), nn, accumulate);
+    for (int64_t m = 0; m < M; ++m) {
+      const float* src = sums.data() + m * nn;
+      BFloat16* dst = cc + m * ldc;
 #pragma omp simd
-    for (int64_t n = 0; n < N; ++n) dst[n] = BFloat16(src[n]);
+      for (int64_t n = 0; n < nn; ++n) dst[n] = BFloat16(src[n]);
+    }
   }
 }
 

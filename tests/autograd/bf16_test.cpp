@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -210,37 +211,51 @@ TEST(Bf16, MatmulAndLinear) {
 TEST(Bf16, NativeGemmSumsInF32AndRoundsOnce) {
   // Where the CPU has bf16 dot products, matmul and linear run on oneDNN's bf16 GEMM: every
   // output is the exact sum of the bf16 products (plus the bias), summed in f32 and rounded to
-  // bf16 once. Against that sum taken in double and rounded: at most one bf16 step apart, and
-  // nearly always equal. Shapes large enough to be tiled, on 1 and 3 threads: the same bits.
+  // bf16 once. Against that sum taken in double and rounded: at most one bf16 step apart (plus
+  // f32's own summation error where the sum cancels), and nearly always equal. Shapes large enough to be tiled, on 1 and 3 threads: the same bits.
   if (!kernels::cpu::gemm_bf16_available()) GTEST_SKIP() << "no native bf16 GEMM on this CPU or build";
-  const int64_t M = 300, K = 150, N = 200;
-  Tensor a = bf16_values({M, K}, 1, -1.0, 1.0), w = bf16_values({N, K}, 2, -1.0, 1.0), bias = bf16_values({N}, 3, -1.0, 1.0);
-  std::vector<double> av = a.to_vector(), wv = w.to_vector(), bv = bias.to_vector();
-  for (bool with_bias : {false, true}) {
-    SCOPED_TRACE(with_bias ? "linear with bias" : "linear without bias");
-    omp_set_num_threads(1);
-    std::vector<double> one = linear(a, w, with_bias ? bias : Tensor()).to_vector();
-    omp_set_num_threads(3);
-    Tensor y = linear(a, w, with_bias ? bias : Tensor());
-    omp_set_num_threads(2);
-    ASSERT_EQ(y.dtype(), DType::BF16);
-    std::vector<double> got = y.to_vector();
-    ASSERT_EQ(got, one) << "1 and 3 threads round differently";
-    int64_t exact = 0;
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) {
-        double sum = with_bias ? bv[n] : 0.0;
-        for (int64_t k = 0; k < K; ++k) sum += av[m * K + k] * wv[n * K + k];
-        const double want = static_cast<float>(BFloat16(static_cast<float>(sum)));
-        const double g = got[m * N + n];
-        const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::abs(want), 1e-30)) - 7);
-        ASSERT_LE(std::abs(g - want), ulp * 1.0001) << "(" << m << ", " << n << ") exact sum " << sum;
-        exact += g == want;
-      }
-    EXPECT_GE(exact, M * N * 99 / 100);
+  // The last two have tiles wider than the 1024 columns a tile's f32 scratch holds at a time
+  // (one small untiled product; tiles of whole rows, threaded).
+  for (const auto& [M, K, N] : {std::array<int64_t, 3>{300, 150, 200}, std::array<int64_t, 3>{4, 32, 1300},
+                                std::array<int64_t, 3>{2100, 16, 1100}}) {
+    SCOPED_TRACE(::testing::Message() << "M=" << M << " K=" << K << " N=" << N);
+    Tensor a = bf16_values({M, K}, 1, -1.0, 1.0), w = bf16_values({N, K}, 2, -1.0, 1.0),
+           bias = bf16_values({N}, 3, -1.0, 1.0);
+    std::vector<double> av = a.to_vector(), wv = w.to_vector(), bv = bias.to_vector();
+    for (bool with_bias : {false, true}) {
+      SCOPED_TRACE(with_bias ? "linear with bias" : "linear without bias");
+      omp_set_num_threads(1);
+      std::vector<double> one = linear(a, w, with_bias ? bias : Tensor()).to_vector();
+      omp_set_num_threads(3);
+      Tensor y = linear(a, w, with_bias ? bias : Tensor());
+      omp_set_num_threads(2);
+      ASSERT_EQ(y.dtype(), DType::BF16);
+      std::vector<double> got = y.to_vector();
+      ASSERT_EQ(got, one) << "1 and 3 threads round differently";
+      int64_t exact = 0;
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          double sum = with_bias ? bv[n] : 0.0, magnitude = std::abs(sum);
+          for (int64_t k = 0; k < K; ++k) {
+            sum += av[m * K + k] * wv[n * K + k];
+            magnitude += std::abs(av[m * K + k] * wv[n * K + k]);
+          }
+          const double want = static_cast<float>(BFloat16(static_cast<float>(sum)));
+          const double g = got[m * N + n];
+          // One bf16 step, plus what any order of f32 additions may lose (K + 1 terms, each
+          // addition off by at most 2^-24 of the running magnitude): a sum that cancels to
+          // nearly nothing is only as exact as f32 sums are.
+          const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::abs(want), 1e-30)) - 7);
+          const double f32_sums = static_cast<double>(K + 1) * std::ldexp(magnitude, -24);
+          ASSERT_LE(std::abs(g - want), ulp * 1.0001 + f32_sums) << "(" << m << ", " << n << ") exact sum " << sum;
+          exact += g == want;
+        }
+      EXPECT_GE(exact, M * N * 99 / 100);
+    }
   }
   // matmul's gradients come from the same GEMM (bf16 in, bf16 out).
   expect_bf16_matches_f32("tiled matmul", [](const auto& x) { return matmul(x[0], x[1]); }, {{{300, 150}}, {{150, 200}}});
+  expect_bf16_matches_f32("wide matmul", [](const auto& x) { return matmul(x[0], x[1]); }, {{{4, 32}}, {{32, 1300}}});
 }
 
 TEST(Bf16, CausalAttention) {
