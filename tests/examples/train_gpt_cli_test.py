@@ -695,6 +695,12 @@ class TrainGptCli(unittest.TestCase):
                 self.assertEqual(step["comm"]["all_gather/forward_gather"]["payload"], 4 * psi)
                 self.assertEqual(step["mem"]["param_shard"], 4 * psi // 2)
             self.assertTrue(os.path.exists(self.p(f"z{stage}.rank1.jsonl")))
+            # Every rank's file reports its own process's peak resident memory: at least the
+            # model states and activations it wrote (the ledger's peak), at most a few GiB.
+            for f in (m, self.p(f"z{stage}.rank1.jsonl")):
+                last = [json.loads(l) for l in open(f) if '"loss"' in l][-1]["mem"]
+                self.assertGreaterEqual(last["process_peak_rss"], last["peak"], f)
+                self.assertLess(last["process_peak_rss"], 4 << 30, f)
 
     @unittest.skipIf(MPIRUN is None, "no mpirun")
     def test_checkpoint_from_zero3_on_2_ranks_resumes_on_1_rank_ddp(self):
