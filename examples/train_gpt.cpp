@@ -392,6 +392,9 @@ Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device d
     if (sampling && s.tok && !s.tok->eot_id() && (!given("--prompt") || a.prompt.empty()))
       throw UsageError(detail::str(sampling, ": the tokenizer has no <|endoftext|> to start a sample from; give a "
                                    "--prompt"));
+    if (sampling && !s.tok && given("--prompt") && a.prompt.empty())
+      throw UsageError(detail::str(sampling, ": --prompt is empty; on bytes a sample starts from at least one (leave "
+                                   "--prompt out to start from a newline)"));
     check_model_fits_in_memory(cfg, a, comm.size(), dev);
     if (!gpt2_tokens && cfg.vocab_size < data::ByteTokenizer::kVocabSize)
       throw UsageError(detail::str("the model's vocabulary (", cfg.vocab_size, ") is smaller than the byte tokenizer's 256"));

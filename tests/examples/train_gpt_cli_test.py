@@ -299,6 +299,7 @@ class TrainGptCli(unittest.TestCase):
             (["--resume", self.p("nope")], "nope"),
             (["--init-from", self.p("nope.safetensors")], "nope.safetensors"),
             (["--batch", "abc"], "--batch"),
+            (["--sample", "5", "--prompt", ""], "--prompt is empty"),  # before training, not after
         ]
         for args, needle in cases:
             full = ["--data", self.data, "--steps", "2", *args] if "--data" not in args else ["--steps", "2", *args]
