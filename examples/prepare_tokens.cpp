@@ -100,8 +100,7 @@ class StagedShards {
     for (size_t i = 0; i < renamed_; ++i) ::unlink(staged_[i]->path().c_str());
   }  // the writers not committed remove their temporary files themselves
   void write(const std::string& path, const std::vector<uint16_t>& ids) {
-    // Data for other users too: a plain new file's mode, not mkstemp's 0600.
-    staged_.push_back(std::make_unique<io::AtomicFileWriter>(path, io::AtomicFileWriter::Permissions::Umask));
+    staged_.push_back(std::make_unique<io::AtomicFileWriter>(path));
     std::string bytes = data::llmc_shard_header(static_cast<int64_t>(ids.size()));
     bytes.reserve(bytes.size() + 2 * ids.size());
     for (uint16_t id : ids) bytes += {static_cast<char>(id & 0xFF), static_cast<char>(id >> 8)};  // little-endian

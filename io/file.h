@@ -20,11 +20,12 @@ namespace zdl::io {
 
 class AtomicFileWriter {
  public:
-  // The new file's permissions: mkstemp's 0600 (checkpoints, exports), or those of a plain new
-  // file under the process's umask (data files meant for other users too).
-  enum class Permissions { OwnerOnly, Umask };
+  // The new file's permissions: those of a plain new file under the process's umask (as
+  // torch.save or cp would give: a checkpoint or an export another user of the machine can
+  // read where the umask allows), or mkstemp's 0600 (owner only).
+  enum class Permissions { Umask, OwnerOnly };
   // Creates "<dir of path>/.<name of path>.tmp.XXXXXX" (mkstemp).
-  explicit AtomicFileWriter(std::string path, Permissions permissions = Permissions::OwnerOnly);
+  explicit AtomicFileWriter(std::string path, Permissions permissions = Permissions::Umask);
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;

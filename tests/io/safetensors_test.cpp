@@ -2,6 +2,7 @@
 // and a catalogue of malformed files that must each be rejected with a message naming the
 // file and the problem (never a crash, an out-of-bounds read or a huge allocation).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <filesystem>
@@ -103,6 +104,20 @@ TEST(Safetensors, NonContiguousTensorsAreWrittenContiguous) {
   EXPECT_EQ(f.tensors.at("at").to_vector(), at.to_vector());
   EXPECT_EQ(f.tensors.at("eo").to_vector(), every_other.to_vector());
   EXPECT_EQ(read_safetensors_header(dir / "nc.safetensors").find("at")->nbytes(), 12u * 4);
+}
+
+TEST(Safetensors, NewFilesGetTheUmasksPermissions) {
+  // As any new file (torch.save, cp): readable by others where the umask allows, not mkstemp's 0600.
+  TempDir dir;
+  const std::string path = dir / "p.safetensors";
+  for (mode_t mask : {mode_t{022}, mode_t{077}}) {
+    const mode_t old_mask = ::umask(mask);
+    save_safetensors(path, {{"x", Tensor::ones({4})}});
+    ::umask(old_mask);
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0666u & ~mask) << "umask " << mask;
+  }
 }
 
 TEST(Safetensors, WritesAtomicallyAndLeavesNoTemporaryFiles) {
