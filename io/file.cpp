@@ -26,7 +26,7 @@ std::string parent_dir(const std::string& path) {
 
 }  // namespace
 
-AtomicFileWriter::AtomicFileWriter(std::string path, Permissions permissions) : path_(std::move(path)) {
+AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
   std::filesystem::path p(path_);
   ZDL_CHECK(!p.filename().empty(), "AtomicFileWriter: '", path_, "' names no file");
   std::string tmpl = parent_dir(path_) + "/." + p.filename().string() + ".tmp.XXXXXX";
@@ -35,11 +35,9 @@ AtomicFileWriter::AtomicFileWriter(std::string path, Permissions permissions) : 
   fd_ = ::mkstemp(buf.data());
   ZDL_CHECK(fd_ >= 0, "cannot create a temporary file next to '", path_, "' (", tmpl, "): ", errno_str());
   temp_ = buf.data();
-  if (permissions == Permissions::Umask) {
-    const mode_t mask = ::umask(0);
-    ::umask(mask);
-    ::fchmod(fd_, 0666 & ~mask);
-  }
+  const mode_t mask = ::umask(0);  // read it (umask has no getter), then put it back
+  ::umask(mask);
+  ::fchmod(fd_, 0666 & ~mask);
 }
 
 AtomicFileWriter::~AtomicFileWriter() {

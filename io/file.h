@@ -20,12 +20,10 @@ namespace zdl::io {
 
 class AtomicFileWriter {
  public:
-  // The new file's permissions: those of a plain new file under the process's umask (as
-  // torch.save or cp would give: a checkpoint or an export another user of the machine can
-  // read where the umask allows), or mkstemp's 0600 (owner only).
-  enum class Permissions { Umask, OwnerOnly };
-  // Creates "<dir of path>/.<name of path>.tmp.XXXXXX" (mkstemp).
-  explicit AtomicFileWriter(std::string path, Permissions permissions = Permissions::Umask);
+  // Creates "<dir of path>/.<name of path>.tmp.XXXXXX" (mkstemp) with a plain new file's
+  // permissions under the process's umask, not mkstemp's 0600 (as torch.save or cp give: a
+  // checkpoint or an export another user of the machine can read where the umask allows).
+  explicit AtomicFileWriter(std::string path);
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
