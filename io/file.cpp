@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "core/check.h"
@@ -24,6 +25,18 @@ std::string parent_dir(const std::string& path) {
   return d.empty() ? "." : d;
 }
 
+// The process's umask. umask() can only be read by setting it, which races with other threads
+// creating files, so it is read from /proc/self/status where Linux has it.
+mode_t current_umask() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("Umask:", 0) == 0) return static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  return mask;
+}
+
 }  // namespace
 
 AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
@@ -35,9 +48,7 @@ AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
   fd_ = ::mkstemp(buf.data());
   ZDL_CHECK(fd_ >= 0, "cannot create a temporary file next to '", path_, "' (", tmpl, "): ", errno_str());
   temp_ = buf.data();
-  const mode_t mask = ::umask(0);  // read it (umask has no getter), then put it back
-  ::umask(mask);
-  ::fchmod(fd_, 0666 & ~mask);
+  ::fchmod(fd_, 0666 & ~current_umask());
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
