@@ -30,6 +30,7 @@ void layer_norm_forward(int64_t rows, int64_t C, const T* x, const T* weight, co
       }
       double rs = 1.0 / std::sqrt(v / static_cast<double>(C) + eps);
       const A tm = static_cast<A>(m), trs = static_cast<A>(rs);
+#pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
         A n = (static_cast<A>(xr[c]) - tm) * trs;
         if (weight) n *= static_cast<A>(weight[c]);
@@ -54,6 +55,7 @@ void layer_norm_backward(int64_t rows, int64_t C, const T* x, const T* weight, c
         T* dxr = dx + r * C;
         const A m = mean[r], rs = rstd[r];
         double sum_g = 0.0, sum_gx = 0.0;  // sum_c g, sum_c g * xhat
+#pragma omp simd reduction(+ : sum_g, sum_gx)
         for (int64_t c = 0; c < C; ++c) {
           double g = static_cast<double>(gr[c]) * (weight ? static_cast<double>(weight[c]) : 1.0);
           sum_g += g;
@@ -61,6 +63,7 @@ void layer_norm_backward(int64_t rows, int64_t C, const T* x, const T* weight, c
         }
         const A mg = static_cast<A>(sum_g / static_cast<double>(C));
         const A mgx = static_cast<A>(sum_gx / static_cast<double>(C));
+#pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
           A g = weight ? static_cast<A>(gr[c]) * static_cast<A>(weight[c]) : static_cast<A>(gr[c]);
           A xhat = (static_cast<A>(xr[c]) - m) * rs;
@@ -78,10 +81,13 @@ void layer_norm_backward(int64_t rows, int64_t C, const T* x, const T* weight, c
         const T* xr = x + r * C;
         const T* gr = dout + r * C;
         const A m = mean[r], rs = rstd[r];
+        double* pw = aw.data();
+        double* pb = ab.data();
+#pragma omp simd
         for (int64_t c = c0; c < c1; ++c) {
           double g = static_cast<double>(gr[c]);
-          aw[c - c0] += g * static_cast<double>((static_cast<A>(xr[c]) - m) * rs);
-          ab[c - c0] += g;
+          pw[c - c0] += g * static_cast<double>((static_cast<A>(xr[c]) - m) * rs);
+          pb[c - c0] += g;
         }
       }
       for (int64_t c = c0; c < c1; ++c) {
