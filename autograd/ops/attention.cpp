@@ -205,8 +205,7 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
   check_cpu("causal_attention", q);
   check_attention_shapes(q, k, v);
   const int64_t B = q.size(0), NH = q.size(1), T = q.size(2), HS = q.size(3), BNH = B * NH;
-  // bf16 computes in f32 (kernels/cpu/compute_type.h): lse and the scratch are f32.
-  const DType acc = q.dtype() == DType::BF16 ? DType::F32 : q.dtype();
+  const DType acc = kernels::cpu::compute_dtype(q.dtype());  // of lse and the scratch: f32 for bf16
 
   Tensor qc = contiguous_detached(q), kc = contiguous_detached(k), vc = contiguous_detached(v);
   Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());  // [B, NH, T, HS]

@@ -211,14 +211,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 #endif
   if (has_bias && !fused_bias && y.numel() > 0) {
     Tensor bc = bias.is_contiguous() ? bias : bias.contiguous_copy();
-    if (bf16) {
-      kernels::cpu::fill_rows<BFloat16>(X.rows, out_features, bc.data<BFloat16>(), y.data<BFloat16>());
-    } else {
-      ZDL_DISPATCH_FLOAT(x.dtype(), "linear", [&](auto tag) {
-        using T = decltype(tag);
-        kernels::cpu::fill_rows<T>(X.rows, out_features, bc.data<T>(), y.data<T>());
-      });
-    }
+    ZDL_DISPATCH_FLOAT_OR_BF16(x.dtype(), "linear", [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cpu::fill_rows<T>(X.rows, out_features, bc.data<T>(), y.data<T>());
+    });
   }
   if (!fused_bias) gemm_into(y, X, W.transposed(), /*accumulate=*/has_bias, "linear");
 

@@ -321,8 +321,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Tensor wc = weight.defined() ? dense(weight).detach() : Tensor();
   Tensor bc = bias.defined() ? dense(bias).detach() : Tensor();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  // Statistics in the compute type: f32 for bf16 rows (kernels/cpu/compute_type.h).
-  const DType stat = x.dtype() == DType::BF16 ? DType::F32 : x.dtype();
+  const DType stat = kc::compute_dtype(x.dtype());  // of the statistics: f32 for bf16 rows
   Tensor mean = Tensor::empty({rows}, stat, x.device());  // (rows,)
   Tensor rstd = Tensor::empty({rows}, stat, x.device());  // (rows,)
   if (rows > 0) {
@@ -352,8 +351,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
         ZDL_DISPATCH_FLOAT_OR_BF16(xs.dtype(), "layer_norm backward", [&](auto tag) {
           using T = decltype(tag);
           kc::layer_norm_backward<T>(rows, C, xs.data<T>(), wc.defined() ? wc.data<T>() : nullptr,
-                                     mean.data<kc::compute_t<T>>(), rstd.data<kc::compute_t<T>>(), gc.data<T>(), gx ? dx.data<T>() : nullptr,
-                                     gw ? dw.data<T>() : nullptr, gb ? db.data<T>() : nullptr);
+                                     mean.data<kc::compute_t<T>>(), rstd.data<kc::compute_t<T>>(), gc.data<T>(),
+                                     gx ? dx.data<T>() : nullptr, gw ? dw.data<T>() : nullptr,
+                                     gb ? db.data<T>() : nullptr);
         });
         return TensorList{dx, dw, db};
       });
@@ -465,7 +465,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
               bad, " is out of range [0, V=", V, ") and is not ignore_index=", ignore_index,
               " (logits shape=", shape_str(logits.shape()), ", targets shape=", shape_str(targets.shape()), ")");
   });
-  const DType acc = logits.dtype() == DType::BF16 ? DType::F32 : logits.dtype();
+  const DType acc = kc::compute_dtype(logits.dtype());  // of the loss and row statistics: f32 for bf16
   Tensor row_max = Tensor::empty({N}, acc, logits.device());  // (N,)
   Tensor row_lse = Tensor::empty({N}, acc, logits.device());  // (N,) log sum exp(x - max)
   double total = 0.0;

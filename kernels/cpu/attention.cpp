@@ -72,13 +72,6 @@ T* align_up(T* p) {
   return reinterpret_cast<T*>((a + 63) / 64 * 64);
 }
 
-// Stores n compute-type values as T (rounding once where T is bf16).
-template <class T, class A>
-void store(int64_t n, const A* src, T* dst) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
-}
-
 // Elements of one thread's conversion scratch (bf16 buffers only): forward converts a query
 // block and the keys and values it sees and writes an output block; backward converts q, o, dO
 // blocks and k, v, writes a dQ block, and accumulates dK and dV of a head. Each part padded to
@@ -202,7 +195,7 @@ void causal_attention_forward(int64_t bnh, int64_t t, int64_t hs, const T* q, co
       if constexpr (convert) {
         forward_block(hs, scale, load_compute(qh + r0 * hs, (r1 - r0) * hs, qb), load_compute(kh, r1 * hs, kb),
                       load_compute(vh, r1 * hs, vb), ob, lse_blk, r0, r1, s);
-        store((r1 - r0) * hs, ob, out + bh * per + r0 * hs);
+        store_compute((r1 - r0) * hs, ob, out + bh * per + r0 * hs);
       } else {
         forward_block(hs, scale, qh + r0 * hs, kh, vh, out + bh * per + r0 * hs, lse_blk, r0, r1, s);
       }
@@ -259,15 +252,15 @@ void causal_attention_backward(int64_t bnh, int64_t t, int64_t hs, const T* q, c
         if constexpr (convert) {
           backward_block(hs, scale, load_compute(qh + r0 * hs, n, qb), kb, vb, load_compute(oh + r0 * hs, n, ob),
                          lh + r0, load_compute(gh + r0 * hs, n, gb), dqb, dkb, dvb, r0, r1, p, dp);
-          store(n, dqb, dq + bh * per + r0 * hs);
+          store_compute(n, dqb, dq + bh * per + r0 * hs);
         } else {
           backward_block(hs, scale, qh + r0 * hs, kh, vh, oh + r0 * hs, lh + r0, gh + r0 * hs,
                          reinterpret_cast<A*>(dq + bh * per + r0 * hs), dkb, dvb, r0, r1, p, dp);
         }
       }
       if (convert && nsplit == 1) {
-        store(per, dkb, dk + bh * per);
-        store(per, dvb, dv + bh * per);
+        store_compute(per, dkb, dk + bh * per);
+        store_compute(per, dvb, dv + bh * per);
       }
     }
   }
@@ -289,8 +282,8 @@ void causal_attention_backward(int64_t bnh, int64_t t, int64_t hs, const T* q, c
           dvr[c] += src[per + c];
         }
       }
-      store(w, dkr, dk + row * hs + c0);
-      store(w, dvr, dv + row * hs + c0);
+      store_compute(w, dkr, dk + row * hs + c0);
+      store_compute(w, dvr, dv + row * hs + c0);
     }
   }
 }

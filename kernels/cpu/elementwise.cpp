@@ -46,13 +46,11 @@ void binary_rows(const StridedRows<3>& it, T* out, const T* a, const T* b, F f) 
   }
 }
 
-// f takes and returns the compute type.
 template <class T, class F>
 void unary_map(int64_t n, const T* x, T* out, F f) {
-  using C = compute_t<T>;
   parallel_for(n, 4, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
-    for (int64_t i = lo; i < hi; ++i) out[i] = static_cast<T>(f(static_cast<C>(x[i])));
+    for (int64_t i = lo; i < hi; ++i) out[i] = f(x[i]);
   });
 }
 
@@ -77,48 +75,46 @@ void binary(BinaryOp op, const StridedRows<3>& it, T* out, const T* a, const T* 
 
 template <class T>
 void unary(UnaryOp op, int64_t n, const T* x, T* out, double s) {
-  using C = compute_t<T>;
-  const C ts = static_cast<C>(s);
+  const T ts = static_cast<T>(s);
   switch (op) {
-    case UnaryOp::Neg: return unary_map(n, x, out, [](C v) { return -v; });
-    case UnaryOp::Exp: return unary_map(n, x, out, [](C v) { return std::exp(v); });
-    case UnaryOp::Log: return unary_map(n, x, out, [](C v) { return std::log(v); });
-    case UnaryOp::Sqrt: return unary_map(n, x, out, [](C v) { return std::sqrt(v); });
-    case UnaryOp::Tanh: return unary_map(n, x, out, [](C v) { return std::tanh(v); });
-    case UnaryOp::Square: return unary_map(n, x, out, [](C v) { return v * v; });
-    case UnaryOp::AddScalar: return unary_map(n, x, out, [ts](C v) { return v + ts; });
-    case UnaryOp::MulScalar: return unary_map(n, x, out, [ts](C v) { return v * ts; });
-    case UnaryOp::RSub: return unary_map(n, x, out, [ts](C v) { return ts - v; });
-    case UnaryOp::RDiv: return unary_map(n, x, out, [ts](C v) { return ts / v; });
-    case UnaryOp::Relu: return unary_map(n, x, out, [](C v) { return v > C(0) ? v : C(0); });
-    case UnaryOp::Sigmoid: return unary_map(n, x, out, [](C v) { return C(1) / (C(1) + std::exp(-v)); });
-    case UnaryOp::Silu: return unary_map(n, x, out, [](C v) { return v / (C(1) + std::exp(-v)); });
-    case UnaryOp::Abs: return unary_map(n, x, out, [](C v) { return std::abs(v); });
+    case UnaryOp::Neg: return unary_map(n, x, out, [](T v) { return -v; });
+    case UnaryOp::Exp: return unary_map(n, x, out, [](T v) { return std::exp(v); });
+    case UnaryOp::Log: return unary_map(n, x, out, [](T v) { return std::log(v); });
+    case UnaryOp::Sqrt: return unary_map(n, x, out, [](T v) { return std::sqrt(v); });
+    case UnaryOp::Tanh: return unary_map(n, x, out, [](T v) { return std::tanh(v); });
+    case UnaryOp::Square: return unary_map(n, x, out, [](T v) { return v * v; });
+    case UnaryOp::AddScalar: return unary_map(n, x, out, [ts](T v) { return v + ts; });
+    case UnaryOp::MulScalar: return unary_map(n, x, out, [ts](T v) { return v * ts; });
+    case UnaryOp::RSub: return unary_map(n, x, out, [ts](T v) { return ts - v; });
+    case UnaryOp::RDiv: return unary_map(n, x, out, [ts](T v) { return ts / v; });
+    case UnaryOp::Relu: return unary_map(n, x, out, [](T v) { return v > T(0) ? v : T(0); });
+    case UnaryOp::Sigmoid: return unary_map(n, x, out, [](T v) { return T(1) / (T(1) + std::exp(-v)); });
+    case UnaryOp::Silu: return unary_map(n, x, out, [](T v) { return v / (T(1) + std::exp(-v)); });
+    case UnaryOp::Abs: return unary_map(n, x, out, [](T v) { return std::abs(v); });
   }
 }
 
 template <class T>
 void unary_backward(UnaryOp op, int64_t n, const T* g, const T* x, T* dx) {
-  using C = compute_t<T>;
   auto map = [&](auto f) {
     parallel_for(n, 8, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
-      for (int64_t i = lo; i < hi; ++i) dx[i] = static_cast<T>(f(static_cast<C>(g[i]), static_cast<C>(x[i])));
+      for (int64_t i = lo; i < hi; ++i) dx[i] = f(g[i], x[i]);
     });
   };
   switch (op) {
-    case UnaryOp::Relu: return map([](C gv, C v) { return v > C(0) ? gv : C(0); });
+    case UnaryOp::Relu: return map([](T gv, T v) { return v > T(0) ? gv : T(0); });
     case UnaryOp::Sigmoid:
-      return map([](C gv, C v) {
-        const C sg = C(1) / (C(1) + std::exp(-v));
-        return gv * (sg * (C(1) - sg));
+      return map([](T gv, T v) {
+        const T sg = T(1) / (T(1) + std::exp(-v));
+        return gv * (sg * (T(1) - sg));
       });
     case UnaryOp::Silu:  // d (v sg) = sg + v sg (1 - sg)
-      return map([](C gv, C v) {
-        const C sg = C(1) / (C(1) + std::exp(-v));
-        return gv * (sg * (C(1) + v * (C(1) - sg)));
+      return map([](T gv, T v) {
+        const T sg = T(1) / (T(1) + std::exp(-v));
+        return gv * (sg * (T(1) + v * (T(1) - sg)));
       });
-    case UnaryOp::Abs: return map([](C gv, C v) { return v > C(0) ? gv : v < C(0) ? -gv : C(0); });
+    case UnaryOp::Abs: return map([](T gv, T v) { return v > T(0) ? gv : v < T(0) ? -gv : T(0); });
     default: ZDL_CHECK(false, "unary_backward: op ", static_cast<int>(op), " composes its backward in autograd");
   }
 }

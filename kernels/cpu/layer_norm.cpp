@@ -77,12 +77,12 @@ void layer_norm_backward(int64_t rows, int64_t C, const T* x, const T* weight, c
     parallel_for(C, 3 * rows, [&](int64_t c0, int64_t c1) {
       size_t w = static_cast<size_t>(c1 - c0);
       std::vector<double> aw(w, 0.0), ab(w, 0.0);
+      double* pw = aw.data();
+      double* pb = ab.data();
       for (int64_t r = 0; r < rows; ++r) {
         const T* xr = x + r * C;
         const T* gr = dout + r * C;
         const A m = mean[r], rs = rstd[r];
-        double* pw = aw.data();
-        double* pb = ab.data();
 #pragma omp simd
         for (int64_t c = c0; c < c1; ++c) {
           double g = static_cast<double>(gr[c]);

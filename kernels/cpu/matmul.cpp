@@ -19,6 +19,7 @@
 #endif
 
 #include "core/check.h"
+#include "kernels/cpu/compute_type.h"
 #include "kernels/cpu/eigen.h"
 #include "kernels/cpu/parallel.h"
 
@@ -135,12 +136,7 @@ void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16*
       for (int64_t m = 0; m < M; ++m)
         for (int64_t n = 0; n < nn; ++n) sums[m * nn + n] = static_cast<float>(cc[m * ldc + n]);
     tile_product(M, nn, K, trans_a, a, lda, trans_b, trans_b ? b + n0 * ldb : b + n0, ldb, sums.data(), nn, accumulate);
-    for (int64_t m = 0; m < M; ++m) {
-      const float* src = sums.data() + m * nn;
-      BFloat16* dst = cc + m * ldc;
-#pragma omp simd
-      for (int64_t n = 0; n < nn; ++n) dst[n] = BFloat16(src[n]);
-    }
+    for (int64_t m = 0; m < M; ++m) store_compute(nn, sums.data() + m * nn, cc + m * ldc);
   }
 }
 
@@ -153,9 +149,9 @@ void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16*
 // bit-identical training across world sizes relies on (docs/exactness.md).
 constexpr int64_t kTileRows = 256, kMinTileCols = 64, kWantTiles = 8;
 
-template <class T, class TC>
+template <class T>
 void gemm_unchecked(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b, const T* b,
-                    int64_t ldb, TC* c, int64_t ldc, bool accumulate) {
+                    int64_t ldb, T* c, int64_t ldc, bool accumulate) {
   if (M == 0 || N == 0) return;
   const int64_t tiles_m = (M + kTileRows - 1) / kTileRows;
   int64_t tiles_n = 1;
@@ -189,10 +185,10 @@ void gemm_unchecked(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, i
   }
 }
 
-// gemm_batched's body for operands T and result TC (f32/f64 alike, or bf16 in and out).
-template <class T, class TC>
+// gemm_batched's body, shared with gemm_bf16_batched.
+template <class T>
 void batched_products(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda,
-                      int64_t stride_a, bool trans_b, const T* b, int64_t ldb, int64_t stride_b, TC* c, int64_t ldc,
+                      int64_t stride_a, bool trans_b, const T* b, int64_t ldb, int64_t stride_b, T* c, int64_t ldc,
                       int64_t stride_c, bool accumulate) {
   check_dims(M, N, K, trans_a, lda, trans_b, ldb, ldc);
   ZDL_CHECK(batch >= 0, "gemm_batched: negative batch ", batch);
