@@ -154,7 +154,8 @@ Layout read_layout(const std::string& dir) {
   f.read_exact(0, text.data(), text.size(), "the layout");
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   ZDL_CHECK(!j.is_discarded() && j.is_object(), "'", path, "' is not a JSON object (corrupted or truncated?)");
-  ZDL_CHECK(j.value("format", "") == kFormat, "'", path, "' is not a sharded zdl checkpoint layout (format=",
+  // A comparison, not j.value(): value() throws json's type_error when the field is not a string.
+  ZDL_CHECK(j.contains("format") && j["format"] == kFormat, "'", path, "' is not a sharded zdl checkpoint layout (format=",
             j.contains("format") ? j["format"].dump() : "missing", ")");
   ZDL_CHECK(j.contains("format_version") && j["format_version"].is_number_integer(), "'", path,
             "' has no integer format_version");

@@ -48,7 +48,7 @@ json read_manifest(const std::string& dir) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   ZDL_CHECK(!j.is_discarded() && j.is_object(), "checkpoint manifest '", path,
             "' is not a JSON object (corrupted or truncated?)");
-  ZDL_CHECK(j.value("format", "") == "zdl-checkpoint", "checkpoint manifest '", path,
+  ZDL_CHECK(j.contains("format") && j["format"] == "zdl-checkpoint", "checkpoint manifest '", path,
             "' is not a zdl checkpoint (format=", j.contains("format") ? j["format"].dump() : "missing", ")");
   ZDL_CHECK(j.contains("format_version") && j["format_version"].is_number_integer(), "checkpoint manifest '", path,
             "' has no integer format_version");

@@ -255,6 +255,21 @@ inline void expect_bad_checkpoints_rejected(Communicator& comm) {
   }
   restore();
 
+  // A format field of another JSON type, and a duplicate key that keeps the last value.
+  on_rank0(comm, [&] {
+    std::string j = read_bytes(dir + "/layout.json");
+    const std::string format = "\"format\": \"zdl-sharded-checkpoint\"";
+    size_t at = j.find(format);
+    ASSERT_NE(at, std::string::npos);
+    j.replace(at, format.size(), format + ", \"format\": 0");
+    write_bytes(dir + "/layout.json", j);
+  });
+  {
+    std::string e = load_error(ZeroStage::Three);
+    EXPECT_TRUE(contains(e, "is not a sharded zdl checkpoint layout (format=0)")) << e;
+  }
+  restore();
+
   // A newer format.
   on_rank0(comm, [&] {
     std::string j = read_bytes(dir + "/layout.json");

@@ -128,6 +128,11 @@ TEST(Checkpoint, CorruptedOrTruncatedFilesAreRejected) {
   msg = error_of([&] { load_checkpoint(dir, *b.model, *b.opt); });
   EXPECT_NE(msg.find("not a JSON object (corrupted or truncated?)"), std::string::npos) << msg;
 
+  // A format field of another JSON type (json's value() would throw its own type_error).
+  write_bytes(dir + "/checkpoint.json", "{\"format\": 7, \"format_version\": 1}");
+  msg = error_of([&] { load_checkpoint(dir, *b.model, *b.opt); });
+  EXPECT_NE(msg.find("is not a zdl checkpoint (format=7)"), std::string::npos) << msg;
+
   fs::remove_all(dir);
   msg = error_of([&] { load_checkpoint(dir, *b.model, *b.opt); });
   EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
