@@ -29,6 +29,7 @@
 #include "fuzz/fuzz_common.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_dir.h"
+#include "io/json_fields.h"
 #include "nn/gpt.h"
 #include "nn/parameter_factory.h"
 #include "optim/optimizer.h"
@@ -127,17 +128,21 @@ std::optional<std::string> with_real_integrity(const uint8_t* data, size_t size,
     for (json& f : files)
       if (f.is_object() && f.contains("name") && f["name"].is_string())
         changed |= fix_integrity(f, dir, f["name"].get<std::string>(), "layout.json");
-    try {  // the train state's checksum too, when its fields have their types (to reach past it)
-      io::TrainState st{.step = j.at("step").get<int64_t>(),
-                        .data_position = j.at("data_position").get<int64_t>(),
-                        .counters = j.at("counters").get<std::map<std::string, uint64_t>>(),
+    // The train state's checksum too, when its fields have their types (to reach past it). The
+    // library's checked readers, since json's get<int64_t>() of a huge double is undefined.
+    try {
+      io::TrainState st{.step = io::json_integer<int64_t>(j.at("step"), "step"),
+                        .data_position = io::json_integer<int64_t>(j.at("data_position"), "data_position"),
+                        .counters = io::json_integer_map<uint64_t>(j.at("counters"), "counters"),
                         .metadata = j.at("metadata").get<std::map<std::string, std::string>>()};
-      const std::string sum = dist::train_state_checksum(st, j.at("optimizer_step").get<int64_t>());
-      if (j.value("train_state_fnv1a64", "") != sum) {
+      const std::string sum =
+          dist::train_state_checksum(st, io::json_integer<int64_t>(j.at("optimizer_step"), "optimizer_step"));
+      if (!(j.contains("train_state_fnv1a64") && j["train_state_fnv1a64"] == sum)) {
         j["train_state_fnv1a64"] = sum;
         changed = true;
       }
     } catch (const json::exception&) {
+    } catch (const Error&) {
     }
   } else if (!sharded && files.is_object()) {
     for (auto it = files.begin(); it != files.end(); ++it) changed |= fix_integrity(*it, dir, it.key(), "checkpoint.json");
