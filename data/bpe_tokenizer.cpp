@@ -14,6 +14,7 @@
 #include "data/gpt2_pretokenizer.h"
 #include "data/mapped_file.h"
 #include "data/unicode_classes.h"
+#include "io/json_fields.h"
 
 namespace zdl::data {
 
@@ -190,8 +191,8 @@ BpeTokenizer BpeTokenizer::from_gpt2_files(const std::string& encoder_json, cons
     t.tokens_.resize(n);
     for (const auto& [key, value] : j.items()) {
       ZDL_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < static_cast<int64_t>(n),
-                where, ": the token '", shown(key), "' has the id ", value.dump(), ", not an integer in ", id_range(n));
-      ZDL_CHECK(!key.empty(), where, ": a token is empty (id ", value.dump(), ")");
+                where, ": the token '", shown(key), "' has the id ", io::json_shown(value), ", not an integer in ", id_range(n));
+      ZDL_CHECK(!key.empty(), where, ": a token is empty (id ", io::json_shown(value), ")");
       const int64_t id = value.get<int64_t>();
       std::string bytes = alphabet_to_bytes(key, where);
       ZDL_CHECK(t.tokens_[id].empty(), where, ": the id ", id, " belongs to two tokens, '", shown(t.tokens_[id]),

@@ -1,6 +1,8 @@
 // Byte tokenizer and vocabulary padding; see byte_tokenizer.h.
 #include "data/byte_tokenizer.h"
 
+#include <limits>
+
 #include "core/check.h"
 
 namespace zdl::data {
@@ -25,6 +27,8 @@ std::string ByteTokenizer::decode(const std::vector<int64_t>& ids) const {
 int64_t padded_vocab(int64_t vocab, int64_t multiple) {
   ZDL_CHECK(vocab >= 1, "padded_vocab: vocab must be >= 1, got ", vocab);
   ZDL_CHECK(multiple >= 1, "padded_vocab: multiple must be >= 1, got ", multiple);
+  ZDL_CHECK(vocab <= std::numeric_limits<int64_t>::max() - (multiple - 1), "padded_vocab: vocab ", vocab,
+            " rounded up to a multiple of ", multiple, " overflows 64 bits");
   return (vocab + multiple - 1) / multiple * multiple;
 }
 

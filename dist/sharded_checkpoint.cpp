@@ -156,7 +156,7 @@ Layout read_layout(const std::string& dir) {
   ZDL_CHECK(!j.is_discarded() && j.is_object(), "'", path, "' is not a JSON object (corrupted or truncated?)");
   // A comparison, not j.value(): value() throws json's type_error when the field is not a string.
   ZDL_CHECK(j.contains("format") && j["format"] == kFormat, "'", path, "' is not a sharded zdl checkpoint layout (format=",
-            j.contains("format") ? j["format"].dump() : "missing", ")");
+            j.contains("format") ? io::json_shown(j["format"]) : "missing", ")");
   ZDL_CHECK(j.contains("format_version") && j["format_version"].is_number_integer(), "'", path,
             "' has no integer format_version");
   const int64_t v = io::json_integer<int64_t>(j["format_version"], "format_version");

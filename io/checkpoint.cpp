@@ -49,7 +49,7 @@ json read_manifest(const std::string& dir) {
   ZDL_CHECK(!j.is_discarded() && j.is_object(), "checkpoint manifest '", path,
             "' is not a JSON object (corrupted or truncated?)");
   ZDL_CHECK(j.contains("format") && j["format"] == "zdl-checkpoint", "checkpoint manifest '", path,
-            "' is not a zdl checkpoint (format=", j.contains("format") ? j["format"].dump() : "missing", ")");
+            "' is not a zdl checkpoint (format=", j.contains("format") ? json_shown(j["format"]) : "missing", ")");
   ZDL_CHECK(j.contains("format_version") && j["format_version"].is_number_integer(), "checkpoint manifest '", path,
             "' has no integer format_version");
   const int64_t v = json_integer<int64_t>(j["format_version"], "format_version");

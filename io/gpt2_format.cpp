@@ -329,11 +329,11 @@ nn::GPTConfig gpt_config_from_json(const std::string& text, const std::string& w
   c.n_head = integer("n_head");
   c.n_embd = integer("n_embd");
   if (j.contains("dropout")) {
-    ZDL_CHECK(j["dropout"].is_number(), what, ": dropout must be a number, got ", j["dropout"].dump());
+    ZDL_CHECK(j["dropout"].is_number(), what, ": dropout must be a number, got ", json_shown(j["dropout"]));
     c.dropout = j["dropout"].get<double>();
   }
   if (j.contains("bias")) {
-    ZDL_CHECK(j["bias"].is_boolean(), what, ": bias must be true or false, got ", j["bias"].dump());
+    ZDL_CHECK(j["bias"].is_boolean(), what, ": bias must be true or false, got ", json_shown(j["bias"]));
     c.bias = j["bias"].get<bool>();
   }
   try {

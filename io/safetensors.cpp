@@ -7,6 +7,7 @@
 #include <set>
 
 #include "io/file.h"
+#include "io/json_fields.h"
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; zdl's io/ reads and writes host bytes directly");
@@ -29,8 +30,8 @@ std::string json_type(const json& j) { return j.type_name(); }
 // A non-negative JSON integer as uint64, or an error naming `what`.
 uint64_t read_uint(const std::string& path, const json& j, const std::string& what) {
   if (j.is_number_unsigned()) return j.get<uint64_t>();
-  ZDL_ST_CHECK(!j.is_number_integer(), what, " is negative (", j.dump(), ")");
-  ZDL_ST_CHECK(false, what, " must be a non-negative integer, got ", j.dump(), " (", json_type(j), ")");
+  ZDL_ST_CHECK(!j.is_number_integer(), what, " is negative (", json_shown(j), ")");
+  ZDL_ST_CHECK(false, what, " must be a non-negative integer, got ", json_shown(j), " (", json_type(j), ")");
   return 0;
 }
 
@@ -43,7 +44,7 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
   out.name = name;
 
   const json& dt = e["dtype"];
-  ZDL_ST_CHECK(dt.is_string(), "tensor '", name, "': dtype must be a string, got ", dt.dump());
+  ZDL_ST_CHECK(dt.is_string(), "tensor '", name, "': dtype must be a string, got ", json_shown(dt));
   const std::string dts = dt.get<std::string>();
   bool known = false;
   for (auto& [n, t] : kDTypes)
@@ -52,7 +53,7 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
                "', which zdl does not support (F32, F64, BF16, F16, I32, I64)");
 
   const json& sh = e["shape"];
-  ZDL_ST_CHECK(sh.is_array(), "tensor '", name, "': shape must be an array, got ", sh.dump());
+  ZDL_ST_CHECK(sh.is_array(), "tensor '", name, "': shape must be an array, got ", json_shown(sh));
   // numel and the product of the non-zero dims must both fit in int64 (the latter bounds every
   // contiguous stride, so a [0, 2^40, 2^40] tensor cannot overflow them either).
   int64_t nonzero_product = 1;
@@ -63,17 +64,17 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
     out.shape.push_back(static_cast<int64_t>(v));
     if (v != 0)
       ZDL_ST_CHECK(!__builtin_mul_overflow(nonzero_product, static_cast<int64_t>(v), &nonzero_product), "tensor '",
-                   name, "': shape ", sh.dump(), " overflows 64-bit element counts");
+                   name, "': shape ", json_shown(sh), " overflows 64-bit element counts");
   }
   const int64_t numel = numel_of(out.shape);  // <= nonzero_product: no overflow
   uint64_t nbytes = 0;
   ZDL_ST_CHECK(!__builtin_mul_overflow(static_cast<uint64_t>(numel), static_cast<uint64_t>(element_size(out.dtype)),
                                        &nbytes),
-               "tensor '", name, "': shape ", sh.dump(), " overflows 64-bit byte counts");
+               "tensor '", name, "': shape ", json_shown(sh), " overflows 64-bit byte counts");
 
   const json& off = e["data_offsets"];
   ZDL_ST_CHECK(off.is_array() && off.size() == 2, "tensor '", name, "': data_offsets must be [begin, end], got ",
-               off.dump());
+               json_shown(off));
   out.begin = read_uint(path, off[0], "tensor '" + name + "': data_offsets[0]");
   out.end = read_uint(path, off[1], "tensor '" + name + "': data_offsets[1]");
   ZDL_ST_CHECK(out.begin <= out.end, "tensor '", name, "': data_offsets [", out.begin, ", ", out.end,
@@ -125,7 +126,7 @@ SafetensorsHeader parse_header(const InputFile& f) {
     if (it.key() == "__metadata__") {
       ZDL_ST_CHECK(it->is_object(), "__metadata__ must be an object of strings, got ", json_type(*it));
       for (auto m = it->begin(); m != it->end(); ++m) {
-        ZDL_ST_CHECK(m->is_string(), "__metadata__[\"", m.key(), "\"] must be a string, got ", m->dump());
+        ZDL_ST_CHECK(m->is_string(), "__metadata__[\"", m.key(), "\"] must be a string, got ", json_shown(*m));
         h.metadata[m.key()] = m->get<std::string>();
       }
       continue;

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 #include "core/check.h"
 
 namespace zdl::data {
@@ -40,6 +42,9 @@ TEST(PaddedVocab, RoundsUpToTheMultiple) {
   EXPECT_EQ(padded_vocab(100, 1), 100);
   EXPECT_THROW(padded_vocab(0, 128), Error);
   EXPECT_THROW(padded_vocab(256, 0), Error);
+  // A vocabulary from a hostile checkpoint config must not overflow the rounding.
+  EXPECT_THROW(padded_vocab(INT64_MAX, 128), Error);
+  EXPECT_EQ(padded_vocab(INT64_MAX, 1), INT64_MAX);
 }
 
 }  // namespace zdl::data
