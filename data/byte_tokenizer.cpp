@@ -29,7 +29,7 @@ int64_t padded_vocab(int64_t vocab, int64_t multiple) {
   ZDL_CHECK(multiple >= 1, "padded_vocab: multiple must be >= 1, got ", multiple);
   ZDL_CHECK(vocab <= std::numeric_limits<int64_t>::max() - (multiple - 1), "padded_vocab: vocab ", vocab,
             " rounded up to a multiple of ", multiple, " overflows 64 bits");
-  return (vocab + multiple - 1) / multiple * multiple;
+  return (vocab + (multiple - 1)) / multiple * multiple;
 }
 
 }  // namespace zdl::data
