@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "dist/trainer.h"
-#include "dist/zero.h"
-#include "dist/zero_optimizer.h"
+#include "dist/comm/communicator.h"
+#include "dist/zero/trainer.h"
+#include "dist/zero/partitioner.h"
+#include "dist/zero/zero_adamw.h"
 #include "nn/activation_checkpoint.h"
 #include "nn/gpt.h"
 #include "nn/parameter_factory.h"

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "core/check.h"
-#include "dist/sharded_checkpoint.h"
+#include "dist/checkpoint/sharded_checkpoint.h"
 #include "io/gpt2_format.h"
 
 int main(int argc, char** argv) {

@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "core/hash.h"
-#include "dist/communicator.h"
+#include "dist/comm/communicator.h"
 
 namespace zdl::examples {
 

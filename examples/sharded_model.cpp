@@ -4,7 +4,7 @@
 //   mpirun -np 2 ./sharded_model    # 2 ranks: the same lines, bit for bit
 #include <cstdio>
 
-#include "dist/trainer.h"
+#include "dist/zero/trainer.h"
 #include "nn/layers.h"
 
 using namespace zdl;

@@ -29,12 +29,12 @@
 #include "data/default_corpus.h"
 #include "data/llmc_shard.h"
 #include "data/token_dataset.h"
-#include "dist/communicator.h"
-#include "dist/metrics.h"
-#include "dist/sharded_checkpoint.h"
-#include "dist/trainer.h"
-#include "dist/zero.h"
-#include "dist/zero_optimizer.h"
+#include "dist/comm/communicator.h"
+#include "dist/zero/metrics.h"
+#include "dist/checkpoint/sharded_checkpoint.h"
+#include "dist/zero/trainer.h"
+#include "dist/zero/partitioner.h"
+#include "dist/zero/zero_adamw.h"
 #include "examples/program_main.h"
 #include "io/checkpoint_dir.h"
 #include "io/gpt2_format.h"
@@ -619,7 +619,7 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     auto t0 = std::chrono::steady_clock::now();
     memory_ledger().reset_peaks(dev);
     dist::comm_ledger().reset();
-    // The library step ([Note: micro-batch schedule], dist/trainer.h): the same flags with
+    // The library step ([Note: micro-batch schedule], dist/zero/trainer.h): the same flags with
     // --batch / N fixed give the same bits at any N (docs/exactness.md).
     opt.set_lr(sched.lr(step));
     const dist::StepResult r = trainer.step(step, batch_rows, gpt_loss);

@@ -48,11 +48,11 @@
 
 #include "data/default_corpus.h"
 #include "data/token_dataset.h"
-#include "dist/closed_forms.h"
-#include "dist/communicator.h"
-#include "dist/trainer.h"
-#include "dist/zero.h"
-#include "dist/zero_optimizer.h"
+#include "dist/zero/closed_forms.h"
+#include "dist/comm/communicator.h"
+#include "dist/zero/trainer.h"
+#include "dist/zero/partitioner.h"
+#include "dist/zero/zero_adamw.h"
 #include "examples/program_main.h"
 #include "nn/activation_checkpoint.h"
 #include "nn/gpt.h"
@@ -144,7 +144,7 @@ struct StageRun {
 
 // ---- the paper's closed forms ----
 
-// Bytes per element: s for parameters and gradients, k for optimizer states (dist/closed_forms.h).
+// Bytes per element: s for parameters and gradients, k for optimizer states (dist/zero/closed_forms.h).
 using dist::ElementBytes;
 
 bool sharded(ZeroStage st, Cat c) {

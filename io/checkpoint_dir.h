@@ -1,5 +1,5 @@
 // How checkpoint directories live on disk, shared by the single-process checkpoint
-// (io/checkpoint.h) and the sharded one (dist/sharded_checkpoint.h): staging and fallback
+// (io/checkpoint.h) and the sharded one (dist/checkpoint/sharded_checkpoint.h): staging and fallback
 // directories are hidden siblings "<parent>/.<name><suffix>" on the same file system, so a save
 // can swap a complete new directory into place atomically.
 #pragma once

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/trainer.h"
+#include "dist/zero/trainer.h"
 #include "nn/layers.h"
 
 using namespace zdl;

@@ -23,8 +23,8 @@
 
 #include "core/rng.h"
 #include "cuda_compare.h"
-#include "dist/local_communicator.h"
-#include "dist/sharded_checkpoint.h"
+#include "dist/comm/local_communicator.h"
+#include "dist/checkpoint/sharded_checkpoint.h"
 #include "dist/zero_harness.h"
 #include "kernels/cpu/optim.h"
 #include "temp_dir.h"

@@ -1,6 +1,6 @@
 // AsyncWork: the watchdog and error paths of the MPI backend's completion handle, without MPI
 // (a collective that never completes is the one no other rank joined).
-#include "dist/async_work.h"
+#include "dist/comm/async_work.h"
 
 #include <gtest/gtest.h>
 

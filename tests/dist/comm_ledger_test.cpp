@@ -1,5 +1,5 @@
 // CommLedger: the ring wire-byte rule, accumulation by kind and phase, the thread's phase.
-#include "dist/comm_ledger.h"
+#include "dist/comm/comm_ledger.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // LocalCommunicator (world size 1): collectives are copies, checked like the real backends and
 // recorded in the ledger with wire bytes 0. Also init(), launched_by_mpi() and the timeout
 // setting, which need no launcher.
-#include "dist/local_communicator.h"
+#include "dist/comm/local_communicator.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "dist/communicator.h"
+#include "dist/comm/communicator.h"
 #include "error_of.h"
 
 namespace zdl::dist {

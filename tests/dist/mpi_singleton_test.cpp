@@ -4,8 +4,8 @@
 // the sums themselves (bf16 included) are checked at N = 2, 4 and 8 in tests/dist/mpi/.
 #include <gtest/gtest.h>
 
-#include "dist/communicator.h"
-#include "dist/mpi_communicator.h"
+#include "dist/comm/communicator.h"
+#include "dist/comm/mpi_communicator.h"
 
 namespace zdl::dist {
 

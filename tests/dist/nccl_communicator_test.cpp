@@ -5,7 +5,7 @@
 // without a GPU, in a CPU-only build or a build without NCCL.
 #include <gtest/gtest.h>
 
-#include "dist/communicator.h"
+#include "dist/comm/communicator.h"
 
 namespace zdl::dist {
 

@@ -19,7 +19,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/hash.h"
-#include "dist/sharded_checkpoint.h"
+#include "dist/checkpoint/sharded_checkpoint.h"
 #include "io/gpt2_format.h"
 #include "temp_dir.h"
 #include "zero_cases.h"

@@ -8,9 +8,9 @@
 #include <cmath>
 
 #include "core/rng.h"
-#include "dist/local_communicator.h"
-#include "dist/sharded_checkpoint.h"
-#include "dist/trainer.h"
+#include "dist/comm/local_communicator.h"
+#include "dist/checkpoint/sharded_checkpoint.h"
+#include "dist/zero/trainer.h"
 #include "nn/layers.h"
 
 namespace zdl::dist::testing {

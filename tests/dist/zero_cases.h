@@ -6,9 +6,9 @@
 
 #include <algorithm>
 
-#include "dist/closed_forms.h"
-#include "dist/comm_ledger.h"
-#include "dist/local_communicator.h"
+#include "dist/zero/closed_forms.h"
+#include "dist/comm/comm_ledger.h"
+#include "dist/comm/local_communicator.h"
 #include "kernels/cpu/square_sum.h"
 #include "zero_harness.h"
 

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "dist/zero.h"
-#include "dist/trainer.h"
-#include "dist/zero_optimizer.h"
+#include "dist/zero/partitioner.h"
+#include "dist/zero/trainer.h"
+#include "dist/zero/zero_adamw.h"
 #include "nn/activation_checkpoint.h"
 #include "nn/batch_position.h"
 #include "nn/gpt.h"

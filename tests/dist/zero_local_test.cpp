@@ -79,7 +79,7 @@ TEST(ZeroLocal, TraceShowsTheUnitLifecycleInOrder) {
   }
 }
 
-// [Note: overlapped gradient reduction] in dist/zero.cpp: each unit's reduction is issued when
+// [Note: overlapped gradient reduction] in dist/zero/partitioner.cpp: each unit's reduction is issued when
 // its gradients are complete and finished when the next unit's is issued, so it spans the
 // backward of the previous unit; backward() returns with all of them finished.
 TEST(ZeroLocal, GradientReductionsOverlapThePreviousUnitsBackwardAndFinishBeforeBackwardReturns) {
@@ -173,7 +173,7 @@ TEST(ZeroLocal, StepOnGradientsStillAccumulatingIsAClearError) {
 
 namespace zdl::dist::testing {
 
-// The shared closed forms (dist/closed_forms.h) are the paper's, written out here by hand for
+// The shared closed forms (dist/zero/closed_forms.h) are the paper's, written out here by hand for
 // P = 1000 elements on N = 4 ranks: 16P per rank for DDP, 4P + 4P + 8P/N for ZeRO-1, ...
 TEST(ZeroLocal, ClosedFormsAreThePapers) {
   using M = MemoryCategory;

@@ -49,7 +49,7 @@ def losses(path):
 
 
 def train_state_checksum(layout):
-    """dist/sharded_checkpoint.cpp's train_state_checksum of a layout.json (FNV-1a 64, hex)."""
+    """dist/checkpoint/sharded_checkpoint.cpp's train_state_checksum of a layout.json (FNV-1a 64, hex)."""
     c = f"step={layout['step']};data_position={layout['data_position']};optimizer_step={layout['optimizer_step']};counters="
     for k in sorted(layout["counters"]):
         c += f"{len(k.encode())}:{k}={layout['counters'][k]};"

@@ -22,10 +22,10 @@
 #include <optional>
 
 #include "core/check.h"
-#include "dist/local_communicator.h"
-#include "dist/sharded_checkpoint.h"
-#include "dist/zero.h"
-#include "dist/zero_optimizer.h"
+#include "dist/comm/local_communicator.h"
+#include "dist/checkpoint/sharded_checkpoint.h"
+#include "dist/zero/partitioner.h"
+#include "dist/zero/zero_adamw.h"
 #include "fuzz/fuzz_common.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_dir.h"

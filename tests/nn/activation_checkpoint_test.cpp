@@ -7,7 +7,7 @@
 #include <cstring>
 #include <optional>
 
-#include "dist/closed_forms.h"
+#include "dist/zero/closed_forms.h"
 #include "nn/activation_checkpoint.h"
 #include "nn/batch_position.h"
 #include "nn/gpt.h"

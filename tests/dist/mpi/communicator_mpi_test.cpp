@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "core/rng.h"
-#include "dist/comm_ledger.h"
-#include "dist/mpi_communicator.h"
+#include "dist/comm/comm_ledger.h"
+#include "dist/comm/mpi_communicator.h"
 #include "mpi_test_env.h"
 #include "error_of.h"
 

@@ -7,7 +7,7 @@
 #pragma once
 #include <memory>
 
-#include "dist/communicator.h"
+#include "dist/comm/communicator.h"
 
 namespace zdl::dist::testing {
 

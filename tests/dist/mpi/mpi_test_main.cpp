@@ -14,7 +14,7 @@
 #include <iostream>
 #include <string>
 
-#include "dist/communicator.h"
+#include "dist/comm/communicator.h"
 #include "mpi_test_env.h"
 
 namespace zdl::dist::testing {

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "../zero_harness.h"
-#include "dist/local_communicator.h"
+#include "dist/comm/local_communicator.h"
 #include "mpi_test_env.h"
 
 namespace zdl::dist::testing {

@@ -1,5 +1,5 @@
 // The process-wide CommLedger and the thread's CommPhase (see comm_ledger.h).
-#include "dist/comm_ledger.h"
+#include "dist/comm/comm_ledger.h"
 
 #include "core/check.h"
 

@@ -44,8 +44,8 @@
 #include <cstdint>
 #include <string>
 
-#include "dist/zero.h"
-#include "dist/zero_optimizer.h"
+#include "dist/zero/partitioner.h"
+#include "dist/zero/zero_adamw.h"
 #include "io/checkpoint.h"
 
 namespace zdl::dist {

@@ -1,4 +1,4 @@
-#include "dist/closed_forms.h"
+#include "dist/zero/closed_forms.h"
 
 #include "kernels/cpu/square_sum.h"
 
@@ -29,7 +29,7 @@ std::vector<ExpectedTraffic> traffic_closed_form(ZeroStage stage, int64_t P, int
     w.push_back({CollectiveKind::ReduceScatter, CommPhase::GradReduce, units, pay, one, "s Psi (N-1)/N"});
     if (pol.gather_after_step)
       w.push_back({CollectiveKind::AllGather, CommPhase::PostStepGather, units, pay, one, "s Psi (N-1)/N"});
-    if (N > 1) {  // [Note: exact gradient norm] in dist/zero.cpp
+    if (N > 1) {  // [Note: exact gradient norm] in dist/zero/partitioner.cpp
       const int64_t norm = 8 * kernels::cpu::ExactSquareSum::kSerializedSize;
       w.push_back({CollectiveKind::AllReduce, CommPhase::Other, 1, norm, ring_wire_bytes(CollectiveKind::AllReduce, norm, static_cast<int>(N)),
                    "grad-norm words"});

@@ -1,4 +1,4 @@
-#include "dist/trainer.h"
+#include "dist/zero/trainer.h"
 
 #include <cmath>
 
@@ -24,7 +24,7 @@ int64_t Trainer::sequences_per_step() const {
 double Trainer::forward_backward(int64_t step, const BatchFn& batch, const LossFn& loss_fn) {
   zero_.set_step(step);
   const int64_t A = options_.grad_accum, b = options_.micro_batch;
-  // [Note: micro-batch schedule] in dist/zero.h; each loss lands in its micro-batch's slot.
+  // [Note: micro-batch schedule] in dist/zero/partitioner.h; each loss lands in its micro-batch's slot.
   std::vector<double> losses(static_cast<size_t>(A * zero_.comm().size()), 0.0);
   for (int64_t a = 0; a < A; ++a) {
     const int64_t m = zero_.micro_batch_index(a);

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/memory.h"
-#include "dist/comm_ledger.h"
-#include "dist/zero_config.h"
+#include "dist/comm/comm_ledger.h"
+#include "dist/zero/options.h"
 
 namespace zdl::dist {
 

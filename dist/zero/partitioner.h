@@ -37,9 +37,9 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "dist/param_unit.h"
-#include "dist/zero_config.h"
+#include "dist/comm/communicator.h"
+#include "dist/zero/param_unit.h"
+#include "dist/zero/options.h"
 #include "nn/module.h"
 #include "nn/parameter_factory.h"
 

@@ -7,7 +7,7 @@
 //   auto comm = std::make_shared<dist::LocalCommunicator>();
 //   comm->all_gather(shard, full);  // full = shard
 #pragma once
-#include "dist/communicator.h"
+#include "dist/comm/communicator.h"
 
 namespace zdl::dist {
 

@@ -1,4 +1,4 @@
-#include "dist/zero.h"
+#include "dist/zero/partitioner.h"
 
 #include <algorithm>
 #include <cmath>

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "dist/comm_ledger.h"
-#include "dist/communicator.h"
+#include "dist/comm/comm_ledger.h"
+#include "dist/comm/communicator.h"
 
 namespace zdl::dist {
 

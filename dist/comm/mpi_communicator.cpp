@@ -1,6 +1,6 @@
 // MpiCommunicator (see mpi_communicator.h): the process-wide MPI runtime (init/finalize, the
 // bf16/f16 sum ops), the per-communicator communication thread, and the collectives.
-#include "dist/mpi_communicator.h"
+#include "dist/comm/mpi_communicator.h"
 
 #include <mpi.h>
 
@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "core/device_copy.h"
-#include "dist/async_work.h"
-#include "dist/cuda_staging.h"
-#include "dist/mpi_check.h"
+#include "dist/comm/async_work.h"
+#include "dist/comm/cuda_staging.h"
+#include "dist/comm/mpi_check.h"
 
 namespace zdl::dist {
 

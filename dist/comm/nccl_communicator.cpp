@@ -1,7 +1,7 @@
 // NcclCommunicator (see nccl_communicator.h): RAII wrappers for the NCCL communicator, the
 // communication stream and events; the collectives; Work as a stream dependency, timed by the
 // watchdog thread.
-#include "dist/nccl_communicator.h"
+#include "dist/comm/nccl_communicator.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "core/cuda_check.h"
-#include "dist/async_work.h"
-#include "dist/mpi_communicator.h"
+#include "dist/comm/async_work.h"
+#include "dist/comm/mpi_communicator.h"
 
 #define ZDL_NCCL_CHECK(call)                                                                       \
   do {                                                                                             \

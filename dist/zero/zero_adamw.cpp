@@ -1,4 +1,4 @@
-#include "dist/zero_optimizer.h"
+#include "dist/zero/zero_adamw.h"
 
 #include <algorithm>
 

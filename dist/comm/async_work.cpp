@@ -1,5 +1,5 @@
 // AsyncWork: condition-variable completion with a watchdog timeout (see async_work.h).
-#include "dist/async_work.h"
+#include "dist/comm/async_work.h"
 
 #include <sstream>
 

@@ -1,9 +1,9 @@
-#include "dist/metrics.h"
+#include "dist/zero/metrics.h"
 
 #include <string>
 
 #include "core/memory.h"
-#include "dist/comm_ledger.h"
+#include "dist/comm/comm_ledger.h"
 
 namespace zdl::dist {
 

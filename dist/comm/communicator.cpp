@@ -1,7 +1,7 @@
 // Communicator basics shared by the backends (timeout, checks, error prefix) and init(), which
 // picks the backend: LocalCommunicator without a launcher, MPI under mpirun, NCCL over MPI for
 // CUDA devices in the CUDA build.
-#include "dist/communicator.h"
+#include "dist/comm/communicator.h"
 
 #include <omp.h>
 
@@ -10,10 +10,10 @@
 #include <cstring>
 #include <string_view>
 
-#include "dist/local_communicator.h"
-#include "dist/mpi_communicator.h"
+#include "dist/comm/local_communicator.h"
+#include "dist/comm/mpi_communicator.h"
 #ifdef ZDL_WITH_NCCL
-#include "dist/nccl_communicator.h"
+#include "dist/comm/nccl_communicator.h"
 #endif
 
 extern char** environ;

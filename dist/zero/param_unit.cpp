@@ -1,4 +1,4 @@
-#include "dist/param_unit.h"
+#include "dist/zero/param_unit.h"
 
 #include <algorithm>
 

@@ -1,8 +1,8 @@
 // LocalCommunicator: the world-size-1 backend (see local_communicator.h).
-#include "dist/local_communicator.h"
+#include "dist/comm/local_communicator.h"
 
-#include "dist/async_work.h"
-#include "dist/cuda_staging.h"
+#include "dist/comm/async_work.h"
+#include "dist/comm/cuda_staging.h"
 
 namespace zdl::dist {
 

@@ -14,7 +14,7 @@
 #include <array>
 #include <vector>
 
-#include "dist/zero.h"
+#include "dist/zero/partitioner.h"
 #include "optim/optimizer.h"
 
 namespace zdl::dist {

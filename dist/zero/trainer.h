@@ -20,8 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include "dist/zero.h"
-#include "dist/zero_optimizer.h"
+#include "dist/zero/partitioner.h"
+#include "dist/zero/zero_adamw.h"
 
 namespace zdl::dist {
 

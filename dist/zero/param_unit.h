@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "dist/zero_config.h"
+#include "dist/comm/communicator.h"
+#include "dist/zero/options.h"
 #include "nn/init.h"
 
 namespace zdl::dist {

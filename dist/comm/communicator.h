@@ -44,7 +44,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "dist/comm_ledger.h"
+#include "dist/comm/comm_ledger.h"
 
 namespace zdl::dist {
 
@@ -184,7 +184,7 @@ class CollectiveError : public Error {
 // Ends the whole job: MPI_Abort(MPI_COMM_WORLD, code) when MPI is running (every rank exits,
 // including ranks blocked in a collective), else std::_Exit(code). For top-level error handling
 // after a watchdog error (see [Note: watchdog]); in the library only the NCCL watchdog thread
-// calls it (dist/nccl_communicator.cpp), having nothing to throw to.
+// calls it (dist/comm/nccl_communicator.cpp), having nothing to throw to.
 //   try { train(); } catch (const zdl::Error& e) { std::cerr << e.what() << "\n"; dist::abort_job(1); }
 [[noreturn]] void abort_job(int code);
 

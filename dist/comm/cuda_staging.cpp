@@ -1,6 +1,6 @@
 // Pinned staging buffers and GPU selection (see cuda_staging.h). CUDA runtime calls only in
 // the CUDA build.
-#include "dist/cuda_staging.h"
+#include "dist/comm/cuda_staging.h"
 
 #include "core/check.h"
 #include "core/memory.h"

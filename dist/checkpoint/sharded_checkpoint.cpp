@@ -1,4 +1,4 @@
-#include "dist/sharded_checkpoint.h"
+#include "dist/checkpoint/sharded_checkpoint.h"
 
 #include <algorithm>
 #include <array>
