@@ -16,9 +16,10 @@ install(DIRECTORY core autograd nn optim dist data io kernels
         FILES_MATCHING PATTERN "*.h")
 install(EXPORT zerodlTargets NAMESPACE zerodl:: DESTINATION ${ZDL_INSTALL_CMAKEDIR})
 
-# What the config file needs to know about this build: the same compiler family (the OpenMP
-# runtime differs: clang's libomp, GCC's libgomp), and whether CUDA is in the library.
-set(ZDL_BUILT_WITH_COMPILER ${CMAKE_CXX_COMPILER_ID})
+# What the config file needs to know about this build: the OpenMP runtime libzdl.a calls into
+# (CMakeLists.txt exports OpenMP::OpenMP_CXX only to targets built here: a project would resolve
+# it with its own compiler, and g++'s libgomp lacks clang's __kmpc_*), and whether CUDA is in it.
+set(ZDL_OPENMP_LIBRARIES ${OpenMP_CXX_LIBRARIES})
 set(ZDL_BUILT_WITH_CUDA ${ZDL_CUDA})
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/zerodlConfig.cmake.in
                               ${CMAKE_CURRENT_BINARY_DIR}/zerodlConfig.cmake
