@@ -27,8 +27,6 @@ class StorageImpl {
 
   // The bytes; throws if the storage is released.
   void* data() const;
-  // The bytes or nullptr, without the released check (for allocators and diagnostics).
-  void* data_unchecked() const { return ptr_; }
 
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }

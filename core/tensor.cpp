@@ -130,9 +130,8 @@ void strided_convert(const StridedRows<2>& it, D* dst, const S* src) {
     D* d = dst + off[0];
     const S* s = src + off[1];
     if (is[0] == 1 && is[1] == 1) {
-      // Unit strides spelled out: the general loop below compiles to AVX-512 gathers and
-      // scatters, which made the casts of contiguous rows (nearly every mixed-precision cast) a
-      // fifth of a bf16 training step.
+      // Unit strides spelled out: the general loop below compiles to gathers and scatters,
+      // far slower for contiguous rows (nearly every mixed-precision cast).
       for (int64_t i = 0; i < inner; ++i) d[i] = static_cast<D>(static_cast<float>(s[i]));
     } else {
       for (int64_t i = 0; i < inner; ++i) d[i * is[0]] = static_cast<D>(static_cast<float>(s[i * is[1]]));

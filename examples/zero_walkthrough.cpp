@@ -274,10 +274,10 @@ class Walkthrough {
     r.psi = zero.num_parameters();
     r.padded = zero.num_padded();
     r.units = static_cast<int64_t>(zero.units().size());
-    for (auto& u : zero.units()) {
-      r.largest_unit = std::max(r.largest_unit, u->padded);
-      if (u->name == "<root>") r.root_size = u->padded;
-      else r.block_sizes.push_back(u->padded);
+    for (const dist::ParamUnit* u : zero.units()) {
+      r.largest_unit = std::max(r.largest_unit, u->padded());
+      if (u->name() == "<root>") r.root_size = u->padded();
+      else r.block_sizes.push_back(u->padded());
     }
     dist::ZeroAdamW opt(zero, {.lr = a_.lr, .beta1 = 0.9, .beta2 = 0.95}, /*weight_decay=*/0.1);
     data::TokenDataset ds(data_path_, {.batch_size = a_.batch, .seq_len = a_.seq, .val_fraction = 0.0, .seed = a_.seed,

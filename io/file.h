@@ -36,8 +36,6 @@ class AtomicFileWriter {
   void commit();
 
   const std::string& path() const { return path_; }
-  const std::string& temp_path() const { return temp_; }
-  uint64_t bytes_written() const { return written_; }
 
  private:
   std::string path_, temp_;

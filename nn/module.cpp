@@ -191,9 +191,63 @@ Tensor Module::operator()(const Tensor& x) {
   return call({x}, [this](const TensorList& in) { return TensorList{forward(in[0])}; })[0];
 }
 
-void Module::register_post_backward_hook(BackwardHook h) {
-  post_bwd_.push_back(std::move(h));
-  if (post_state_) return;
+// The hooks of one module, each list in registration order with the id its handle removes.
+struct HookHandle::Table {
+  template <class F>
+  using List = std::vector<std::pair<uint64_t, F>>;
+  List<Module::ForwardPreHook> fwd_pre;
+  List<Module::ForwardPostHook> fwd_post;
+  List<Module::BackwardHook> bwd_pre;
+  List<Module::BackwardHook> post_bwd;
+  uint64_t next_id = 1;
+
+  template <class F>
+  HookHandle add(const std::shared_ptr<Table>& self, List<F>& list, F f) {
+    list.emplace_back(next_id, std::move(f));
+    return HookHandle(self, next_id++);
+  }
+};
+
+void HookHandle::remove() {
+  auto t = table_.lock();
+  if (!t) return;
+  auto drop = [&](auto& list) {
+    std::erase_if(list, [&](const auto& entry) { return entry.first == id_; });
+  };
+  drop(t->fwd_pre);
+  drop(t->fwd_post);
+  drop(t->bwd_pre);
+  drop(t->post_bwd);
+  table_.reset();
+}
+
+namespace {
+template <class List, class... Args>
+void run_hooks(const List& list, Args&&... args) {
+  for (auto& [id, hook] : list) hook(args...);
+}
+}  // namespace
+
+HookHandle::Table& Module::hook_table() {
+  if (!hooks_) hooks_ = std::make_shared<HookHandle::Table>();
+  return *hooks_;
+}
+
+HookHandle Module::register_forward_pre_hook(ForwardPreHook h) {
+  return hook_table().add(hooks_, hooks_->fwd_pre, std::move(h));
+}
+
+HookHandle Module::register_forward_post_hook(ForwardPostHook h) {
+  return hook_table().add(hooks_, hooks_->fwd_post, std::move(h));
+}
+
+HookHandle Module::register_backward_pre_hook(BackwardHook h) {
+  return hook_table().add(hooks_, hooks_->bwd_pre, std::move(h));
+}
+
+HookHandle Module::register_post_backward_hook(BackwardHook h) {
+  HookHandle handle = hook_table().add(hooks_, hooks_->post_bwd, std::move(h));
+  if (post_state_) return handle;
   post_state_ = std::make_shared<PostBackwardState>();
   std::weak_ptr<PostBackwardState> weak = post_state_;
   for (auto& [name, p] : named_parameters()) {
@@ -204,10 +258,11 @@ void Module::register_post_backward_hook(BackwardHook h) {
       if (!st || !st->armed) return;
       if (--st->remaining == 0) {
         st->armed = false;
-        for (auto& hook : post_bwd_) hook(*this);
+        run_hooks(hooks_->post_bwd, *this);
       }
     });
   }
+  return handle;
 }
 
 void Module::arm_post_backward() {
@@ -218,10 +273,10 @@ void Module::arm_post_backward() {
 }
 
 TensorList Module::call(const TensorList& inputs, const std::function<TensorList(const TensorList&)>& body) {
-  for (auto& h : fwd_pre_) h(*this, inputs);
+  if (hooks_) run_hooks(hooks_->fwd_pre, *this, inputs);
   TensorList outputs = checkpoint_activations_ && grad_enabled() ? checkpointed_forward(*this, inputs, body) : body(inputs);
-  for (auto& h : fwd_post_) h(*this, inputs, outputs);
-  if (!grad_enabled() || (bwd_pre_.empty() && post_bwd_.empty())) return outputs;
+  if (hooks_) run_hooks(hooks_->fwd_post, *this, inputs, outputs);
+  if (!grad_enabled() || !hooks_ || (hooks_->bwd_pre.empty() && hooks_->post_bwd.empty())) return outputs;
   arm_post_backward();
   // The first gradient to reach any output fires the backward pre-hooks, and queues the
   // end-of-backward check that fires post-backward hooks for parameters that got no gradient.
@@ -232,14 +287,14 @@ TensorList Module::call(const TensorList& inputs, const std::function<TensorList
     out.register_hook([this, fired, weak](const Tensor&) {
       if (*fired) return Tensor();
       *fired = true;
-      for (auto& h : bwd_pre_) h(*this);
+      run_hooks(hooks_->bwd_pre, *this);
       if (auto st = weak.lock(); st && !st->callback_queued) {
         st->callback_queued = true;
         autograd::queue_callback([this, weak] {
           auto s = weak.lock();
           if (!s || !s->armed) return;
           s->armed = false;
-          for (auto& hook : post_bwd_) hook(*this);
+          run_hooks(hooks_->post_bwd, *this);
         });
       }
       return Tensor();

@@ -5,7 +5,8 @@
 // ("h.0.attn.c_attn.weight"). Parameters are created through the ParameterFactory on top of
 // the thread's stack (nn/parameter_factory.h), which the ZeRO partition manager can replace.
 //
-// Hooks (the partition manager is built on them):
+// Hooks (the partition manager is built on them; each registration returns a handle whose
+// remove() unregisters it):
 // - forward pre-hooks / post-hooks run around `forward` when a module is called through
 //   `call` / operator();
 // - backward pre-hooks run when the gradient of the module's output first arrives;
@@ -38,6 +39,21 @@ namespace zdl::nn {
 
 using TensorList = std::vector<Tensor>;
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// Returned by a hook registration: remove() unregisters that hook (once; a no-op once the
+// module is gone). Not from inside a hook of the same module.
+class HookHandle {
+ public:
+  HookHandle() = default;
+  void remove();
+
+ private:
+  friend class Module;
+  struct Table;
+  HookHandle(std::weak_ptr<Table> table, uint64_t id) : table_(std::move(table)), id_(id) {}
+  std::weak_ptr<Table> table_;
+  uint64_t id_ = 0;
+};
 
 class Module : public std::enable_shared_from_this<Module> {
  public:
@@ -115,10 +131,10 @@ class Module : public std::enable_shared_from_this<Module> {
   virtual void set_random_counters(const std::vector<uint64_t>& counters) { (void)counters; }
 
   // ---- hooks ----
-  void register_forward_pre_hook(ForwardPreHook h) { fwd_pre_.push_back(std::move(h)); }
-  void register_forward_post_hook(ForwardPostHook h) { fwd_post_.push_back(std::move(h)); }
-  void register_backward_pre_hook(BackwardHook h) { bwd_pre_.push_back(std::move(h)); }
-  void register_post_backward_hook(BackwardHook h);
+  HookHandle register_forward_pre_hook(ForwardPreHook h);
+  HookHandle register_forward_post_hook(ForwardPostHook h);
+  HookHandle register_backward_pre_hook(BackwardHook h);
+  HookHandle register_post_backward_hook(BackwardHook h);
 
  private:
   void register_module_impl(const std::string& name, const std::shared_ptr<Module>& child);
@@ -127,6 +143,7 @@ class Module : public std::enable_shared_from_this<Module> {
   void collect_parameters(const std::string& prefix, NamedTensors& out, std::vector<const TensorImpl*>& seen,
                           bool recurse) const;
   void arm_post_backward();
+  HookHandle::Table& hook_table();
   void to_string_impl(std::string& out, const std::string& name, int depth) const;
 
   std::string type_name_;
@@ -139,10 +156,7 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   std::string full_prefix_;  // dotted path from the root, set when registered as a child
 
-  std::vector<ForwardPreHook> fwd_pre_;
-  std::vector<ForwardPostHook> fwd_post_;
-  std::vector<BackwardHook> bwd_pre_;
-  std::vector<BackwardHook> post_bwd_;
+  std::shared_ptr<HookHandle::Table> hooks_;  // the four lists, shared with the handles
 
   // Post-backward bookkeeping: parameters still awaited in the current backward pass.
   struct PostBackwardState;

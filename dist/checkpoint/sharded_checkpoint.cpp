@@ -51,10 +51,10 @@ Tensor flat_range(const Tensor& t, int64_t at, int64_t n) {
   return Tensor::from_storage(t.storage(), {n}, {1}, t.offset() + at, t.dtype());
 }
 
-// The master-sized tensors of unit i, in kStates order: the partitioner's master, the
-// optimizer's moments.
-std::array<Tensor, 3> unit_states(ZeroPartitioner& zero, const ZeroAdamW& opt, size_t i) {
-  return {zero.units()[i]->master, opt.exp_avg(i), opt.exp_avg_sq(i)};
+// The master-sized tensors of unit i, in kStates order: the master of its OptimizerShard and
+// the optimizer's moments.
+std::array<Tensor, 3> unit_states(const OptimizerShard& shard, const ZeroAdamW& opt, size_t i) {
+  return {shard.master, opt.exp_avg(i), opt.exp_avg_sq(i)};
 }
 
 // ---- collective failure handling ----
@@ -248,8 +248,8 @@ void check_same_model(const Layout& L, ZeroPartitioner& zero, const std::string&
   for (auto& p : L.params) saved[p.name] = p.shape;
   std::string problems;
   auto problem = [&](const std::string& p) { problems += (problems.empty() ? "" : "; ") + p; };
-  for (auto& u : zero.units())
-    for (const ParamSlot& s : u->slots) {
+  for (const ParamUnit* u : zero.units())
+    for (const ParamSlot& s : u->slots()) {
       auto it = saved.find(s.name);
       if (it == saved.end()) {
         problem("missing: " + s.name);
@@ -479,13 +479,14 @@ void save_files_and_swap(const std::string& dir, const std::string& saving, cons
   on_every_rank(comm, what, [&] {
     NoGradGuard ng;
     io::NamedTensors tensors;
-    for (size_t i = 0; i < zero.units().size(); ++i) {
-      const ParamUnit* u = zero.units()[i].get();
-      const auto states = unit_states(zero, opt, i);
-      for (const Segment& g : u->shard_segments(rank))
+    const std::vector<OptimizerShard> shards = zero.optimizer_shards();
+    const std::vector<const ParamUnit*> units = zero.units();
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const auto states = unit_states(shards[i], opt, i);
+      for (const Segment& g : units[i]->shard_segments(rank))
         for (int k = 0; k < 3; ++k)
           tensors.emplace_back(entry_name(g.slot->name, kStates[k], g.param_begin()),
-                               flat_range(states[k], g.begin - u->master_begin, g.numel()));
+                               flat_range(states[k], g.begin - shards[i].begin, g.numel()));
     }
     const std::string path = (fs::path(saving) / names[rank]).string();
     io::save_safetensors(path, tensors,
@@ -507,20 +508,22 @@ void save_files_and_swap(const std::string& dir, const std::string& saving, cons
     j["stage"] = static_cast<int>(zero.stage());
     j["stage_name"] = stage_name(zero.stage());
     j["compute_dtype"] = dtype_name(zero.options().compute_dtype);
-    j["master_dtype"] = io::safetensors_dtype_name(zero.units().empty() ? DType::F32 : zero.units()[0]->master.dtype());
+    const std::vector<OptimizerShard> shards = zero.optimizer_shards();
+    j["master_dtype"] = io::safetensors_dtype_name(shards.empty() ? DType::F32 : shards[0].master.dtype());
     j["optimizer_step"] = opt.step_count();
     const ordered_json st = train_state_json(state);  // a named object: items() refers into it
     for (auto& [k, v] : st.items()) j[k] = v;
     j["train_state_fnv1a64"] = train_state_checksum(state, opt.step_count());
     ordered_json units = ordered_json::array(), params = ordered_json::array(), files = ordered_json::array();
-    for (auto& u : zero.units()) {
-      units.push_back({{"name", u->name}, {"numel", u->numel}, {"padded", u->padded}, {"shard_size", u->shard_size}});
-      for (const ParamSlot& s : u->slots)
-        params.push_back({{"name", s.name}, {"shape", s.param.shape()}, {"unit", u->name}, {"offset", s.offset}});
+    for (const ParamUnit* u : zero.units()) {
+      units.push_back(
+          {{"name", u->name()}, {"numel", u->numel()}, {"padded", u->padded()}, {"shard_size", u->shard_size()}});
+      for (const ParamSlot& s : u->slots())
+        params.push_back({{"name", s.name}, {"shape", s.param.shape()}, {"unit", u->name()}, {"offset", s.offset}});
     }
     for (int r = 0; r < N; ++r) {
       ordered_json entries = ordered_json::array();
-      for (auto& u : zero.units())
+      for (const ParamUnit* u : zero.units())
         for (const Segment& g : u->shard_segments(r))
           entries.push_back({{"param", g.slot->name}, {"begin", g.param_begin()}, {"end", g.param_end()}});
       files.push_back({{"name", names[r]},
@@ -553,29 +556,29 @@ io::TrainState load_impl(const std::string& dir, ZeroPartitioner& zero, ZeroAdam
     check_same_model(L, zero, dir);
     index_pieces(L);
     files = std::make_unique<RankFiles>(L);
-    for (auto& u : zero.units()) {
-      ZDL_CHECK(zero.stage() != ZeroStage::Three || !u->gathered(), "unit ", u->name,
+    for (const ParamUnit* u : zero.units())
+      ZDL_CHECK(zero.stage() != ZeroStage::Three || u->param_state() == ParamState::Sharded, "unit ", u->name(),
                 " is gathered: load outside forward/backward and outside GatheredParameters");
-      for (const Segment& g : u->owned_segments()) files->verify(g.slot->name, g.param_begin(), g.param_end());
-    }
+    for (const OptimizerShard& shard : zero.optimizer_shards())
+      for (const Segment& g : shard.segments) files->verify(g.slot->name, g.param_begin(), g.param_end());
   });
   // 2. Fill this rank's masters and moments (padding stays zero). Files are read on the host:
   // states on a GPU are filled through host copies, one unit at a time.
   on_every_rank(comm, what, [&] {
     NoGradGuard ng;
-    for (size_t i = 0; i < zero.units().size(); ++i) {
-      const ParamUnit* u = zero.units()[i].get();
-      const auto states = unit_states(zero, opt, i);
+    const std::vector<OptimizerShard> shards = zero.optimizer_shards();
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const auto states = unit_states(shards[i], opt, i);
       auto filled = states;
       if (!states[0].device().is_cpu()) {
         MemoryScope ms(MemoryCategory::Workspace);
         for (int k = 0; k < 3; ++k) filled[k] = Tensor::empty(states[k].shape(), states[k].dtype());
       }
       for (const Tensor& t : filled) t.zero_();
-      for (const Segment& g : u->owned_segments())
+      for (const Segment& g : shards[i].segments)
         for (int k = 0; k < 3; ++k)
           files->read(g.slot->name, k, g.param_begin(), g.param_end(),
-                      flat_range(filled[k], g.begin - u->master_begin, g.numel()));
+                      flat_range(filled[k], g.begin - shards[i].begin, g.numel()));
       for (int k = 0; k < 3; ++k)
         if (!filled[k].same(states[k])) states[k].copy_(filled[k]);
     }

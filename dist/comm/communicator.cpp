@@ -127,7 +127,7 @@ int threads_per_rank(const Communicator& comm) { return std::max(1, omp_get_num_
 
 namespace {
 // [Note: threads per rank] OpenMP starts one thread per core in every process; four ranks on a
-// 2-core box would then run 8 busy threads on 2 cores (measured: 4-5x slower). A user who set
+// 2-core box would then run 8 busy threads on 2 cores, each waiting on the others. A user who set
 // OMP_NUM_THREADS chose for themselves.
 std::shared_ptr<Communicator> with_core_share(std::shared_ptr<Communicator> comm, const InitOptions& o) {
   if (o.share_cores && comm->local_size() > 1 && std::getenv("OMP_NUM_THREADS") == nullptr)

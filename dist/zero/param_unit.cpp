@@ -2,22 +2,15 @@
 
 #include <algorithm>
 
-namespace zdl::dist {
+#include "autograd/ops.h"
 
-std::vector<Segment> ParamUnit::segments(int64_t begin, int64_t end) const {
-  std::vector<Segment> out;
-  for (const ParamSlot& s : slots) {
-    const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
-    if (lo < hi) out.push_back({&s, lo, hi});
-  }
-  return out;
-}
+namespace zdl::dist {
 
 const char* state_name(ParamState s) {
   switch (s) {
     case ParamState::Sharded: return "sharded";
-    case ParamState::Gathering: return "gathering";
-    case ParamState::Gathered: return "gathered";
+    case ParamState::Unsharding: return "unsharding";
+    case ParamState::Unsharded: return "unsharded";
   }
   return "?";
 }
@@ -32,24 +25,399 @@ const char* state_name(GradState s) {
   return "?";
 }
 
-void ParamUnit::unshard_async(Communicator& comm) {
+const char* state_name(TrainingState s) {
+  switch (s) {
+    case TrainingState::Idle: return "idle";
+    case TrainingState::Forward: return "in forward";
+    case TrainingState::PreBackward: return "in backward";
+    case TrainingState::PostBackward: return "past its backward";
+  }
+  return "?";
+}
+
+namespace {
+
+// The master (optimizer) dtype for a compute dtype: f64 stays f64, everything else is f32.
+DType master_dtype(DType compute) { return compute == DType::F64 ? DType::F64 : DType::F32; }
+
+Tensor flat_view(const Storage& s, int64_t begin, int64_t n, DType t) {
+  return Tensor::from_storage(s, {n}, {1}, begin, t);
+}
+
+}  // namespace
+
+ParamUnit::ParamUnit(std::string name, int index, std::vector<ParamSlot> slots, const UnitContext& ctx)
+    : name_(std::move(name)), index_(index), slots_(std::move(slots)), ctx_(ctx) {
+  for (ParamSlot& s : slots_) {
+    s.offset = numel_;
+    numel_ += s.numel;
+  }
+  // [Note: padding] Each unit pads to a multiple of N so every rank owns an equal block; the
+  // padding (< N elements per unit) is what the memory and traffic checks add to the formulas.
+  const int64_t N = ctx_.comm->size();
+  padded_ = (numel_ + N - 1) / N * N;
+  shard_size_ = padded_ / N;
+  shard_begin_ = ctx_.comm->rank() * shard_size_;
+  const StagePolicy& pol = ctx_.policy;
+  local_accumulation_ = !exact() && (!pol.shard_gradients || (ctx_.no_sync && !pol.shard_parameters));
+}
+
+std::vector<Segment> ParamUnit::segments(int64_t begin, int64_t end) const {
+  std::vector<Segment> out;
+  for (const ParamSlot& s : slots_) {
+    const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
+    if (lo < hi) out.push_back({&s, lo, hi});
+  }
+  return out;
+}
+
+// ---- allocation ----
+
+// Writes the init values of unit elements [begin, begin + dst.numel()) into dst (contiguous,
+// f32, bf16 or f64); padding elements are zero. A device tensor is filled on the host and copied
+// over, so its values are the CPU init's bits.
+void ParamUnit::init_range(int64_t begin, const Tensor& dst) const {
+  if (!dst.device().is_cpu()) {
+    Tensor host;
+    {
+      MemoryScope ms(MemoryCategory::Workspace);
+      host = Tensor::empty(dst.shape(), dst.dtype());
+    }
+    init_range(begin, host);
+    dst.copy_(host);
+    return;
+  }
+  dst.zero_();
+  for (const Segment& g : segments(begin, begin + dst.numel())) {
+    Tensor part = Tensor::from_storage(dst.storage(), {g.numel()}, {1}, dst.offset() + (g.begin - begin), dst.dtype());
+    nn::init_elements(g.slot->init, g.slot->seed, g.slot->stream, g.param_begin(), part);
+  }
+}
+
+void ParamUnit::allocate() {
+  ZDL_CHECK(!full_, ctx_.comm->prefix(), " unit ", name_, " allocated twice");
+  allocate_params();
+  allocate_grads();
+  // Re-point every parameter at its place in the unit (same TensorImpl: modules and saved
+  // tensors keep working).
+  for (ParamSlot& s : slots_) {
+    TensorImpl* impl = s.param.impl();
+    impl->storage = full_;
+    impl->offset = s.offset;
+    impl->strides = contiguous_strides(impl->shape);
+    impl->dtype = ctx_.compute_dtype;
+    s.param.set_grad(Tensor());
+  }
+}
+
+void ParamUnit::allocate_params() {
+  const StagePolicy& pol = ctx_.policy;
+  const DType ct = ctx_.compute_dtype, mt = master_dtype(ct);
+  separate_master_ = ct != mt;
+  const Device dev = ctx_.device;  // [Note: device] in partitioner.cpp
+
+  // Full parameters: one storage for the unit, released under ZeRO-3 until gathered.
+  full_ = flat_storage(pol.shard_parameters, MemoryCategory::Parameter, "unit " + name_,
+                       "under ZeRO-3 a unit's full parameters exist only during its forward and backward; to read or "
+                       "write them elsewhere, gather them with `dist::GatheredParameters g(zero);` (collective: all "
+                       "ranks); to optimize a wrapped model use dist::ZeroAdamW, not optim::AdamW");
+  if (pol.shard_parameters) param_state_ = ParamState::Sharded;
+  full_flat_ = flat_view(full_, 0, padded_, ct);
+
+  // What the optimizer updates, initialized here from the recipes (only this rank's range
+  // under stages 1-3 with a separate master, or stage 3).
+  if (!pol.shard_optimizer) {
+    master_begin_ = 0;
+    if (separate_master_) {
+      MemoryScope ms(MemoryCategory::OptimizerState);
+      master_ = Tensor::empty({padded_}, mt, dev);
+      init_range(0, master_);
+      full_flat_.copy_(master_);
+    } else {
+      init_range(0, full_flat_);
+      master_ = full_flat_;
+    }
+  } else if (pol.shard_parameters) {
+    master_begin_ = shard_begin_;
+    {
+      MemoryScope ms(MemoryCategory::ParameterShard);
+      param_shard_ = Tensor::empty({shard_size_}, ct, dev);
+    }
+    if (separate_master_) {
+      MemoryScope ms(MemoryCategory::OptimizerState);
+      master_ = Tensor::empty({shard_size_}, mt, dev);
+      init_range(shard_begin_, master_);
+      param_shard_.copy_(master_);
+    } else {
+      init_range(shard_begin_, param_shard_);
+      master_ = param_shard_;
+    }
+  } else {  // stages 1, 2: every rank holds the full parameters, initialized the same way
+    master_begin_ = shard_begin_;
+    Tensor init_full = separate_master_ ? Tensor::empty({padded_}, mt) : full_flat_;  // the former on the host
+    init_range(0, init_full);
+    if (separate_master_) {
+      full_flat_.copy_(init_full);
+      MemoryScope ms(MemoryCategory::OptimizerState);
+      master_ = Tensor::empty({shard_size_}, mt, dev);
+      master_.copy_(slice(init_full, 0, shard_begin_, shard_begin_ + shard_size_));
+    } else {
+      master_ = own_block_of_full();
+    }
+  }
+}
+
+void ParamUnit::allocate_grads() {
+  const StagePolicy& pol = ctx_.policy;
+  const DType ct = ctx_.compute_dtype;
+  grad_full_ = flat_storage(pol.shard_gradients, MemoryCategory::Gradient, "gradients of unit " + name_,
+                            "under ZeRO-2/3 a unit's full gradients exist only between its backward and its "
+                            "reduce-scatter; the reduced gradients are this rank's shard, which dist::ZeroAdamW steps "
+                            "on (optim::AdamW cannot optimize a wrapped model)");
+  grad_flat_ = flat_view(grad_full_, 0, padded_, ct);
+  if (!pol.shard_optimizer) {
+    grad_shard_ = grad_flat_;
+  } else if (!pol.shard_gradients) {
+    grad_shard_ = flat_view(grad_full_, shard_begin_, shard_size_, ct);
+  } else {
+    MemoryScope ms(MemoryCategory::GradientShard);
+    grad_shard_ = Tensor::zeros({shard_size_}, ct, ctx_.device);
+  }
+}
+
+// A [padded] buffer of the compute dtype: zeroed now, or released until a phase needs it.
+Storage ParamUnit::flat_storage(bool released, MemoryCategory category, const std::string& label,
+                                const char* release_hint) const {
+  Storage s;
+  if (released) {
+    s = StorageImpl::make_released(static_cast<size_t>(padded_) * element_size(ctx_.compute_dtype), ctx_.device, category);
+  } else {
+    MemoryScope ms(category);
+    s = Tensor::zeros({padded_}, ctx_.compute_dtype, ctx_.device).storage();
+  }
+  s->set_label(label);
+  s->set_release_hint(release_hint);
+  return s;
+}
+
+Tensor ParamUnit::own_block_of_full() const { return flat_view(full_, shard_begin_, shard_size_, ctx_.compute_dtype); }
+
+// ---- training state ----
+
+void ParamUnit::begin_forward() {
+  training_ = TrainingState::Forward;
+  unshard(CommPhase::ForwardGather);
+  wait_unshard();
+}
+
+void ParamUnit::end_forward() {
+  training_ = TrainingState::Idle;
+  if (ctx_.policy.shard_parameters) reshard();
+}
+
+void ParamUnit::begin_backward() {
+  ZDL_CHECK(grad_state_ != GradState::Reducing, ctx_.comm->prefix(), " unit ", name_,
+            ": its backward started while its previous gradients are still being reduced");
+  training_ = TrainingState::PreBackward;
+  grad_state_ = GradState::Accumulating;
+  if (grad_full_->is_released()) {
+    grad_full_->materialize(MemoryCategory::Gradient);
+    grad_flat_.zero_();
+  }
+  for (ParamSlot& s : slots_) {
+    Tensor g = s.param.grad();
+    if (g.defined() && g.storage() == grad_full_ && g.offset() == s.offset) continue;
+    s.param.set_grad(Tensor::from_storage(grad_full_, s.param.shape(), contiguous_strides(s.param.shape()), s.offset,
+                                          ctx_.compute_dtype));
+  }
+  unshard(CommPhase::BackwardGather);
+  wait_unshard();
+}
+
+void ParamUnit::end_backward() {
+  training_ = TrainingState::PostBackward;
+  if (ctx_.policy.shard_parameters) reshard();
+}
+
+// ---- parameters ----
+
+void ParamUnit::unshard(CommPhase phase) {
   if (param_state_ != ParamState::Sharded) return;
-  full->materialize(MemoryCategory::Parameter);
-  pending_ = comm.all_gather_async(param_shard, full_flat);
-  param_state_ = ParamState::Gathering;
+  ctx_.before_collective(phase, *this);
+  CommPhaseScope ps(phase);
+  full_->materialize(MemoryCategory::Parameter);
+  pending_gather_ = ctx_.comm->all_gather_async(param_shard_, full_flat_);
+  param_state_ = ParamState::Unsharding;
+  ctx_.trace(TraceKind::GatherIssue, *this);
 }
 
 void ParamUnit::wait_unshard() {
-  if (param_state_ != ParamState::Gathering) return;
-  pending_->wait();  // a watchdog error leaves the unit Gathering: its bytes may still arrive
-  pending_.reset();
-  param_state_ = ParamState::Gathered;
+  if (param_state_ != ParamState::Unsharding) return;
+  pending_gather_->wait();  // a watchdog error leaves the unit Unsharding: its bytes may still arrive
+  pending_gather_.reset();
+  param_state_ = ParamState::Unsharded;
+  ctx_.trace(TraceKind::GatherDone, *this);
 }
 
 void ParamUnit::reshard() {
-  wait_unshard();
-  full->release();
+  if (param_state_ == ParamState::Unsharding) {
+    pending_gather_->wait();
+    pending_gather_.reset();
+  }
+  full_->release();
   param_state_ = ParamState::Sharded;
+}
+
+void ParamUnit::refresh_params() {
+  const StagePolicy& pol = ctx_.policy;
+  if (!pol.shard_optimizer) {
+    if (separate_master_) full_flat_.copy_(master_);
+  } else if (pol.shard_parameters) {
+    if (separate_master_) param_shard_.copy_(master_);
+  } else if (pol.gather_after_step) {
+    Tensor own = own_block_of_full();
+    if (separate_master_) own.copy_(master_);
+    ctx_.before_collective(CommPhase::PostStepGather, *this);
+    CommPhaseScope ps(CommPhase::PostStepGather);
+    ctx_.comm->all_gather(own, full_flat_);
+  }
+}
+
+void ParamUnit::write_back_full() {
+  Tensor own = Tensor::from_storage(full_, {master_.numel()}, {1}, master_begin_, ctx_.compute_dtype);
+  if (ctx_.policy.shard_parameters) {
+    master_.copy_(own);
+    if (separate_master_) param_shard_.copy_(master_);
+  } else if (separate_master_) {
+    master_.copy_(own);
+  }
+}
+
+Tensor ParamUnit::full_params() const { return full_->is_released() ? Tensor() : full_flat_; }
+
+// ---- gradients ----
+
+// [Note: overlapped gradient reduction] A unit's gradients are complete when its post-backward
+// hook fires, while the backward still has the earlier units to compute. The reduction is
+// issued asynchronously (MPI: on the communicator's thread; NCCL: on its stream) and finished
+// (waited for, scaled by 1/N, stored into the shard, full gradients freed) when the next unit's
+// reduction is issued, so one reduction is in flight while the backward computes the previous
+// unit. The gradient buffer under a pending reduction is neither written (the backward is done
+// with that unit) nor freed (only finish_reduce frees it). Cost: stages 2-3 hold the full
+// gradients of one more unit while it is in flight. ZeroPartitioner keeps the order.
+void ParamUnit::start_reduce(bool last) {
+  ZDL_CHECK(!pending_reduce_, ctx_.comm->prefix(), " unit ", name_, ": a reduction was started twice");
+  ctx_.before_collective(CommPhase::GradReduce, *this);
+  ctx_.trace(TraceKind::ReduceBegin, *this);
+  CommPhaseScope ps(CommPhase::GradReduce);
+  auto p = std::make_unique<PendingReduce>();
+  p->last = last;
+  grad_state_ = GradState::Reducing;
+  Communicator& comm = *ctx_.comm;
+  if (!ctx_.policy.shard_optimizer) {
+    p->work = exact() ? comm.all_reduce_fixed_async(grad_flat_) : comm.all_reduce_async(grad_flat_);
+  } else {
+    {
+      MemoryScope ms(MemoryCategory::CommBuffer);
+      p->reduced = Tensor::empty({shard_size_}, ctx_.compute_dtype, ctx_.device);
+    }
+    p->work = exact() ? comm.reduce_scatter_fixed_async(grad_flat_, p->reduced)
+                      : comm.reduce_scatter_async(grad_flat_, p->reduced);
+  }
+  pending_reduce_ = std::move(p);
+}
+
+void ParamUnit::finish_reduce() {
+  if (!pending_reduce_) return;
+  // Taken out first: a wait that throws (watchdog) must not leave it to be finished again.
+  std::unique_ptr<PendingReduce> p = std::move(pending_reduce_);
+  p->work->wait();
+  const double inv_n = 1.0 / ctx_.comm->size();
+  const StagePolicy& pol = ctx_.policy;
+  grad_state_ = p->last ? GradState::Reduced : GradState::Accumulating;
+  if (exact()) {
+    const Tensor& reduced = !pol.shard_optimizer ? grad_flat_ : p->reduced;
+    scale_(reduced, inv_n);
+    accumulate_exact(reduced, p->last);
+  } else if (!pol.shard_optimizer) {
+    scale_(grad_flat_, inv_n);
+  } else {
+    scale_(p->reduced, inv_n);
+    if (!pol.shard_gradients) {
+      grad_shard_.copy_(p->reduced);  // own block of the (persistent) full gradients
+    } else {
+      add_(grad_shard_, p->reduced);  // micro-batches accumulate into the shard
+      grad_full_->release();
+    }
+  }
+  ctx_.trace(TraceKind::ReduceEnd, *this);
+}
+
+// Stages 2-3 add into the shard (zero after zero_grad); stage 1's shard is its own block of
+// the full buffer the reduction used as work space, and DDP's result is that buffer itself.
+void ParamUnit::store_reduced(const Tensor& v) {
+  if (ctx_.policy.shard_gradients) add_(grad_shard_, v);
+  else if (!v.same(grad_shard_)) grad_shard_.copy_(v);
+}
+
+// [Note: pairwise accumulation] Micro-step a's reduced gradient is the sum of N consecutive
+// micro-batches (a whole subtree); the micro-steps are summed like a binary counter: a new sum
+// at level 0 merges with the newest entry while their levels match, so A micro-steps end as a
+// balanced pairwise tree over them (and any A as the same shape one process gives A x N
+// micro-batches). The partial sums live in Gradient (stage 0) or GradientShard buffers, at
+// most log2(A) of them; a step without accumulation needs none.
+void ParamUnit::accumulate_exact(const Tensor& reduced, bool last) {
+  const StagePolicy& pol = ctx_.policy;
+  if (last && grad_partials_.empty()) {  // the step's only micro-step
+    store_reduced(reduced);
+  } else {
+    Tensor sum;
+    {
+      MemoryScope ms(!pol.shard_optimizer ? MemoryCategory::Gradient : MemoryCategory::GradientShard);
+      sum = Tensor::empty(reduced.shape(), reduced.dtype(), reduced.device());
+    }
+    sum.copy_(reduced);
+    int level = 0;
+    auto& parts = grad_partials_;
+    while (!parts.empty() && parts.back().level == level) {  // left operand first: the older sum
+      add_(parts.back().sum, sum);
+      sum = parts.back().sum;
+      parts.pop_back();
+      ++level;
+    }
+    parts.push_back({level, sum});
+    if (last) {
+      while (parts.size() > 1) {  // A not a power of two: fold the rest newest-first
+        PartialSum top = parts.back();
+        parts.pop_back();
+        add_(parts.back().sum, top.sum);
+      }
+      store_reduced(parts.back().sum);
+      parts.clear();
+    }
+  }
+  if (!pol.shard_gradients) {
+    if (!last) grad_flat_.zero_();  // the next micro-batch's backward starts from zero
+  } else {
+    grad_full_->release();
+  }
+}
+
+void ParamUnit::zero_grad() {
+  ZDL_CHECK(!pending_reduce_, ctx_.comm->prefix(), " unit ", name_, ": zero_grad with a reduction in flight");
+  grad_partials_.clear();  // a step abandoned mid-accumulation
+  grad_state_ = GradState::Empty;
+  training_ = TrainingState::Idle;
+  if (!ctx_.policy.shard_gradients) {
+    grad_flat_.zero_();
+  } else {
+    grad_shard_.zero_();
+    grad_full_->release();
+  }
+}
+
+OptimizerShard ParamUnit::optimizer_shard() const {
+  return {master_, grad_shard_, master_begin_, segments(master_begin_, master_begin_ + master_.numel())};
 }
 
 }  // namespace zdl::dist

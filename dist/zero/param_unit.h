@@ -1,11 +1,12 @@
-// ParamUnit: one group of parameters sharded as a single flat buffer (docs/design.md, mechanism 4).
+// ParamUnit: one group of parameters sharded as a single flat buffer, and the only code that
+// changes that buffer's state (docs/design.md, "One ZeRO-3 step of one unit").
 //
 // Layout: the unit's parameters concatenated in registration order, padded to a multiple of
 // the world size N; rank r owns block r ("shard") of size padded / N. Every parameter tensor is
-// a view into `full` (one Storage for the unit, never replaced): ZeRO-3 releases and
+// a view into the full buffer (one Storage for the unit, never replaced): ZeRO-3 releases and
 // re-materializes that Storage, so tensors saved for backward see the re-gathered bytes.
 //
-// Buffers (Psi_u = unit elements, s = compute element size):
+// Buffers (Psi_u = unit elements, s = compute element size), chosen once by allocate():
 //   full        Psi_u (padded) x s   Parameter      stage 0-2 always; stage 3 only while gathered
 //   param_shard Psi_u/N x s          ParameterShard stage 3 (the gather's source)
 //   master      f32 copy the optimizer updates: a view of full (stage 0-2, f32) or of
@@ -13,37 +14,43 @@
 //   grad_full   Psi_u x s            Gradient       stage 0-1 always; 2-3 between a unit's
 //                                                    backward and its reduce-scatter
 //   grad_shard  Psi_u/N x s          GradientShard  stage 2-3 (stage 1: a view of grad_full)
-//   exp_avg, exp_avg_sq  master-sized OptimizerState (stage 0: full size; 1-3: shard size)
+// Adam's moments are the optimizer's (dist/zero/zero_adamw.h), shaped like the master.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "dist/comm/communicator.h"
 #include "dist/zero/options.h"
+#include "dist/zero/trace.h"
 #include "nn/init.h"
 
 namespace zdl::dist {
 
 // [Note: unit lifecycle] A unit's full parameters and its gradients each move through a few
-// states, and only the methods named here move them:
-//   parameters  Sharded --unshard_async--> Gathering --wait_unshard--> Gathered --reshard--> Sharded
-//               (ZeRO-3; under stages 0-2 a unit stays Gathered)
-//   gradients   Empty --prepare (backward pre-hook)--> Accumulating --start reduction--> Reducing
-//               --finish--> Reduced (the step's last micro-batch) or Accumulating (more to come);
+// states, and only ParamUnit's methods move them:
+//   parameters  Sharded --unshard--> Unsharding --wait_unshard--> Unsharded --reshard--> Sharded
+//               (ZeRO-3; under stages 0-2 a unit stays Unsharded)
+//   gradients   Empty --begin_backward--> Accumulating --start_reduce--> Reducing
+//               --finish_reduce--> Reduced (the step's last micro-batch) or Accumulating;
 //               zero_grad --> Empty
-// The partitioner checks the states where a wrong order would corrupt results silently (an
-// optimizer step on gradients still accumulating, a reduction started twice).
-enum class ParamState : uint8_t { Sharded, Gathering, Gathered };
+//   training    Idle --begin_forward--> Forward --end_forward--> Idle --begin_backward-->
+//               PreBackward --end_backward--> PostBackward --zero_grad--> Idle
+// A transition that would corrupt results silently (an optimizer step on gradients still
+// accumulating, a backward over a reduction in flight) throws, naming the unit and its state.
+enum class ParamState : uint8_t { Sharded, Unsharding, Unsharded };
 enum class GradState : uint8_t { Empty, Accumulating, Reducing, Reduced };
+enum class TrainingState : uint8_t { Idle, Forward, PreBackward, PostBackward };
 const char* state_name(ParamState s);
 const char* state_name(GradState s);
+const char* state_name(TrainingState s);
 
 // One parameter's place in its unit.
 struct ParamSlot {
   Tensor param;        // the module's tensor (a view into the unit's full buffer)
   std::string name;    // full dotted name
-  int64_t offset = 0;  // elements into the unit's flat buffer
+  int64_t offset = 0;  // elements into the unit's flat buffer (set by ParamUnit)
   int64_t numel = 0;
   nn::Init init;
   uint64_t seed = 0, stream = 0;
@@ -59,58 +66,154 @@ struct Segment {
   int64_t param_end() const { return end - slot->offset; }
 };
 
+class ParamUnit;
+
+// What a unit needs from outside, fixed when the partition manager is made: no unit holds a
+// pointer back to the manager.
+struct UnitContext {
+  Communicator* comm = nullptr;
+  StagePolicy policy;
+  DType compute_dtype = DType::F32;
+  Device device = Device::cpu();
+  GradReduction reduction = GradReduction::Exact;
+  bool no_sync = false;
+  // Called before every collective a unit issues, with its phase (the divergence check).
+  std::function<void(CommPhase, const ParamUnit&)> before_collective;
+  // Called at the unit's gather and reduction events (the step's trace).
+  std::function<void(TraceKind, const ParamUnit&)> trace;
+};
+
+// What the optimizer updates of one unit, and what a checkpoint reads and writes: the master
+// (f32; f64 for f64 runs) and the reduced gradient, indexed alike. Element e of a segment is
+// element e - begin of both.
+struct OptimizerShard {
+  Tensor master;
+  Tensor grad;
+  int64_t begin = 0;              // the unit element master[0] stands for (0 or shard_begin)
+  std::vector<Segment> segments;  // the parameters' parts of [begin, begin + master.numel())
+};
+
 class ParamUnit {
  public:
-  std::string name;  // "h.3", or "<root>"
-  int index = 0;
-  std::vector<ParamSlot> slots;
-  int64_t numel = 0;       // unpadded elements
-  int64_t padded = 0;      // multiple of N
-  int64_t shard_size = 0;  // padded / N
-  int64_t shard_begin = 0; // rank * shard_size
+  // Lays the slots out (their offsets are set here) padded to a multiple of the world size.
+  // No bytes until allocate().
+  ParamUnit(std::string name, int index, std::vector<ParamSlot> slots, const UnitContext& ctx);
+  ParamUnit(const ParamUnit&) = delete;
+  ParamUnit& operator=(const ParamUnit&) = delete;
 
-  Storage full;         // [padded] compute dtype
-  Tensor full_flat;     // view of full
-  Tensor param_shard;   // stage 3
-  Tensor master;        // see above; [padded] for stage 0, [shard] otherwise
-  int64_t master_begin = 0;  // element of the unit the master starts at (0 or shard_begin)
-  bool separate_master = false;  // master has its own buffer (mixed precision): cast after updates
-  Storage grad_full;    // [padded] compute dtype
-  Tensor grad_flat;     // view of grad_full
-  Tensor grad_shard;    // [shard] (stage 1: view of grad_flat's own block)
+  // Allocates what the stage keeps, initializes this rank's bytes (bit-identical to the same
+  // slice of a single-process init) and points every parameter at its place. Once.
+  void allocate();
+
+  // ---- layout ----
+  const std::string& name() const { return name_; }  // "h.3", or "<root>"
+  int index() const { return index_; }
+  const std::vector<ParamSlot>& slots() const { return slots_; }
+  int64_t numel() const { return numel_; }            // unpadded elements
+  int64_t padded() const { return padded_; }          // a multiple of N
+  int64_t shard_size() const { return shard_size_; }  // padded / N
+  int64_t shard_begin() const { return shard_begin_; }
+  // The parameters' parts of unit elements [begin, end), in layout order.
+  std::vector<Segment> segments(int64_t begin, int64_t end) const;
+  // Rank r's block (its shard under stages 1-3): what rank r saves in a checkpoint.
+  std::vector<Segment> shard_segments(int r) const { return segments(r * shard_size_, (r + 1) * shard_size_); }
+
+  // ---- training state: the hooks' entry points ----
+  TrainingState training_state() const { return training_; }
+  // Forward pre-hook: ZeRO-3 gathers the parameters (waits for a prefetch in flight).
+  void begin_forward();
+  // Forward post-hook: ZeRO-3 frees them.
+  void end_forward();
+  // Backward pre-hook: the gradient buffer is made ready, and ZeRO-3 gathers the parameters.
+  void begin_backward();
+  // Post-backward hook: ZeRO-3 frees the parameters (the reduction reads gradients only).
+  void end_backward();
+
+  // ---- parameters ----
+  ParamState param_state() const { return param_state_; }
+  // Sharded -> Unsharding: materializes the full buffer and issues the all-gather, recorded
+  // under `phase` (a no-op in any other state: a prefetch of a gathered unit).
+  void unshard(CommPhase phase);
+  // Unsharding -> Unsharded: waits for the all-gather (a no-op in any other state).
+  void wait_unshard();
+  // -> Sharded: frees the full parameters (waits for a pending all-gather first). ZeRO-3 only.
+  void reshard();
+  // The masters changed (an optimizer step, a checkpoint load): the compute-dtype parameters
+  // are cast from them, and under stages 1-2 all-gathered. Collective under stages 1-2.
+  void refresh_params();
+  // Inside GatheredParameters(modify): what was written to the full parameters becomes this
+  // rank's master and shard.
+  void write_back_full();
+  // The full parameters, or an undefined tensor while they are released.
+  Tensor full_params() const;
+
+  // ---- gradients ----
+  GradState grad_state() const { return grad_state_; }
+  // Whether a micro-batch's backward reduces now: native reduction sums micro-batches locally
+  // where full gradients are kept anyway (stages 0-1; stage 2 with no_sync); the last reduces.
+  bool reduces_now(bool last) const { return last || !local_accumulation_; }
+  // Accumulating -> Reducing: issues the reduction of this micro-batch's gradients.
+  void start_reduce(bool last);
+  // Reducing -> Reduced (last micro-batch) or Accumulating: waits, scales by 1/N, stores the
+  // result (exact reduction: into the pairwise partial sums) and frees what the stage frees.
+  void finish_reduce();
+  // -> Empty: zeroes the reduced gradients, drops a step abandoned mid-accumulation.
+  void zero_grad();
+  // This rank's reduced gradients (stage 0: all of them), contiguous; padding is zero.
+  const Tensor& grad_shard() const { return grad_shard_; }
+  // Stages 2-3 free the full gradients once reduced.
+  bool full_grads_released() const { return grad_full_->is_released(); }
+
+  // ---- the optimizer's view ----
+  OptimizerShard optimizer_shard() const;
+
+ private:
+  void init_range(int64_t begin, const Tensor& dst) const;
+  void allocate_params();
+  void allocate_grads();
+  Storage flat_storage(bool released, MemoryCategory category, const std::string& label, const char* release_hint) const;
+  void accumulate_exact(const Tensor& reduced, bool last);
+  void store_reduced(const Tensor& v);
+  bool exact() const { return ctx_.reduction == GradReduction::Exact; }
+  Tensor own_block_of_full() const;  // this rank's block of the full parameters (stages 1-2)
+
+  // Layout.
+  std::string name_;
+  int index_ = 0;
+  std::vector<ParamSlot> slots_;
+  int64_t numel_ = 0, padded_ = 0, shard_size_ = 0, shard_begin_ = 0;
+  const UnitContext& ctx_;
+  bool local_accumulation_ = false;  // native reduction: micro-batches summed locally
+
+  // Buffers (see the table above).
+  Storage full_;
+  Tensor full_flat_;
+  Tensor param_shard_;
+  Tensor master_;
+  int64_t master_begin_ = 0;
+  bool separate_master_ = false;  // master has its own buffer (mixed precision): cast after updates
+  Storage grad_full_;
+  Tensor grad_flat_;
+  Tensor grad_shard_;
   // Exact reduction, gradient accumulation: this step's reduced micro-batch gradients summed
   // pairwise so far (a binary counter: entry i sums 2^level micro-batches; levels decrease).
   struct PartialSum {
     int level;
     Tensor sum;
   };
-  std::vector<PartialSum> grad_partials;
+  std::vector<PartialSum> grad_partials_;
 
-  // The parameters' parts of unit elements [begin, end), in layout order.
-  std::vector<Segment> segments(int64_t begin, int64_t end) const;
-  // Rank r's block (its shard under stages 1-3): what rank r saves in a checkpoint.
-  std::vector<Segment> shard_segments(int r) const { return segments(r * shard_size, (r + 1) * shard_size); }
-  // What this rank's optimizer updates: the master's range (stage 0: the whole unit; else the
-  // own shard). Element e of a segment is element e - master_begin of the master and moments.
-  std::vector<Segment> owned_segments() const { return segments(master_begin, master_begin + master.numel()); }
-
-  ParamState param_state() const { return param_state_; }
-  bool gathered() const { return param_state_ == ParamState::Gathered; }
-  bool gathering() const { return param_state_ == ParamState::Gathering; }
-  // Sharded -> Gathering: materializes `full` and starts the all-gather (no-op otherwise).
-  void unshard_async(Communicator& comm);
-  // Gathering -> Gathered: waits for the all-gather (no-op otherwise).
-  void wait_unshard();
-  // -> Sharded: frees the full parameters (waits for a pending all-gather first). ZeRO-3 only.
-  void reshard();
-  // The state a freshly allocated unit starts in (wrap()): Sharded under ZeRO-3, else Gathered.
-  void set_initial_param_state(ParamState s) { param_state_ = s; }
-
-  GradState grad_state = GradState::Empty;  // moved by ZeroPartitioner (see the note above)
-
- private:
-  ParamState param_state_ = ParamState::Gathered;
-  std::shared_ptr<Work> pending_;
+  // States and the collectives in flight.
+  ParamState param_state_ = ParamState::Unsharded;
+  GradState grad_state_ = GradState::Empty;
+  TrainingState training_ = TrainingState::Idle;
+  std::shared_ptr<Work> pending_gather_;
+  struct PendingReduce {
+    std::shared_ptr<Work> work;
+    Tensor reduced;    // stages 1-3: receives this rank's block
+    bool last = true;  // the step's last micro-batch (exact reduction completes the sum)
+  };
+  std::unique_ptr<PendingReduce> pending_reduce_;
 };
 
 }  // namespace zdl::dist

@@ -8,7 +8,6 @@
 #include <set>
 
 #include "autograd/engine.h"
-#include "autograd/ops.h"
 #include "core/hash.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/square_sum.h"
@@ -18,98 +17,30 @@
 #endif
 
 namespace zdl::dist {
-
-const char* stage_name(ZeroStage s) {
-  switch (s) {
-    case ZeroStage::DDP: return "ddp";
-    case ZeroStage::One: return "zero1";
-    case ZeroStage::Two: return "zero2";
-    case ZeroStage::Three: return "zero3";
-  }
-  return "?";
-}
-
-StagePolicy StagePolicy::of(ZeroStage s) {
-  switch (s) {
-    case ZeroStage::DDP: return {};
-    case ZeroStage::One: return {.shard_optimizer = true, .gather_after_step = true};
-    case ZeroStage::Two: return {.shard_optimizer = true, .shard_gradients = true, .gather_after_step = true};
-    case ZeroStage::Three: return {.shard_optimizer = true, .shard_gradients = true, .shard_parameters = true};
-  }
-  return {};
-}
-
-const char* stage_title(ZeroStage s) {
-  switch (s) {
-    case ZeroStage::DDP: return "DDP";
-    case ZeroStage::One: return "ZeRO-1";
-    case ZeroStage::Two: return "ZeRO-2";
-    case ZeroStage::Three: return "ZeRO-3";
-  }
-  return "?";
-}
-
-const char* trace_kind_name(TraceKind k) {
-  switch (k) {
-    case TraceKind::ForwardBegin: return "forward_begin";
-    case TraceKind::ForwardEnd: return "forward_end";
-    case TraceKind::BackwardBegin: return "backward_begin";
-    case TraceKind::BackwardEnd: return "backward_end";
-    case TraceKind::GatherIssue: return "gather_issue";
-    case TraceKind::GatherDone: return "gather_done";
-    case TraceKind::ReduceBegin: return "reduce_begin";
-    case TraceKind::ReduceEnd: return "reduce_end";
-    case TraceKind::StepBegin: return "step_begin";
-    case TraceKind::StepEnd: return "step_end";
-  }
-  return "?";
-}
-
-ZeroStage stage_from_int(int s) {
-  ZDL_CHECK(s >= 0 && s <= 3, "ZeRO stage must be 0 (DDP), 1, 2 or 3, got ", s);
-  return static_cast<ZeroStage>(s);
-}
-
 namespace {
 
-// The collectives the divergence check tells apart (agree()). Three related enums, three
-// purposes: CommPhase buckets bytes in the comm ledger (the norm's and the NaN check's
-// all-reduces are both "Other" there), TraceKind marks lifecycle points for the timeline
-// (compute begin/end too, no collective), and this one names the exact collective a rank
-// reached, so a divergence message can say which.
-enum Event : int {
-  kForwardGather = 1,
-  kBackwardGather = 2,
-  kGradReduce = 3,
-  kPostStepGather = 4,
-  kNormReduce = 5,
-  kNonFiniteReduce = 6,
-};
+// What the divergence check compares (agree()): a unit's collective by its phase in the comm
+// ledger, or one of the two whole-model all-reduces that the ledger counts under Other.
+constexpr int kNormReduce = kNumCommPhases, kNonFiniteReduce = kNumCommPhases + 1;
 
 const char* event_name(int e) {
   switch (e) {
-    case kForwardGather: return "the forward all-gather";
-    case kBackwardGather: return "the backward all-gather";
-    case kGradReduce: return "the gradient reduction";
-    case kPostStepGather: return "the post-step all-gather";
+    case static_cast<int>(CommPhase::ForwardGather): return "the forward all-gather";
+    case static_cast<int>(CommPhase::BackwardGather): return "the backward all-gather";
+    case static_cast<int>(CommPhase::GradReduce): return "the gradient reduction";
+    case static_cast<int>(CommPhase::PostStepGather): return "the post-step all-gather";
+    case static_cast<int>(CommPhase::Other): return "the all-gather of GatheredParameters";
     case kNormReduce: return "the gradient-norm all-reduce";
     case kNonFiniteReduce: return "the non-finite-gradient check";
   }
   return "an unknown collective";
 }
 
-// The master (optimizer) dtype for a compute dtype: f64 stays f64, everything else is f32.
-DType master_dtype(DType compute) { return compute == DType::F64 ? DType::F64 : DType::F32; }
-
 // True when module `name` is one of `prefixes` (or_self) or lies below one of them.
 bool is_under(const std::string& name, const std::vector<std::string>& prefixes, bool or_self) {
   return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) {
     return (or_self && name == p) || name.rfind(p + ".", 0) == 0;
   });
-}
-
-Tensor flat_view(const Storage& s, int64_t begin, int64_t n, DType t) {
-  return Tensor::from_storage(s, {n}, {1}, begin, t);
 }
 
 }  // namespace
@@ -148,7 +79,6 @@ class ZeroPartitioner::Factory final : public nn::ParameterFactory {
 ZeroPartitioner::ZeroPartitioner(std::shared_ptr<Communicator> comm, ZeroOptions options)
     : comm_(std::move(comm)),
       options_(std::move(options)),
-      policy_(StagePolicy::of(options_.stage)),
       factory_(std::make_unique<Factory>(*this)) {
   ZDL_CHECK(comm_ != nullptr, "ZeroPartitioner: no communicator");
   DType t = options_.compute_dtype;
@@ -173,187 +103,64 @@ ZeroPartitioner::ZeroPartitioner(std::shared_ptr<Communicator> comm, ZeroOptions
             " no_sync keeps a running sum of full gradients on each rank, which has no fixed summation tree; "
             "use it with ZeroOptions::reduction = GradReduction::Native");
   if (!options_.is_unit) options_.is_unit = [](const nn::Module& m) { return m.type_name() == "Block"; };
+  context_ = UnitContext{
+      .comm = comm_.get(),
+      .policy = StagePolicy::of(options_.stage),
+      .compute_dtype = options_.compute_dtype,
+      .device = options_.device,
+      .reduction = options_.reduction,
+      .no_sync = options_.no_sync,
+      .before_collective = [this](CommPhase phase, const ParamUnit& u) { agree(static_cast<int>(phase), &u); },
+      .trace = [this](TraceKind kind, const ParamUnit& u) { emit(kind, &u); },
+  };
 }
 
 int64_t ZeroPartitioner::micro_batch_index(int64_t micro_step) const {
   const int n = comm_->size(), r = comm_->rank();
-  if (!exact() || !comm_->has_fixed_order()) return micro_step * n + r;
+  if (options_.reduction != GradReduction::Exact || !comm_->has_fixed_order()) return micro_step * n + r;
   int leaf = 0;  // bit_reverse(r) over log2(n) bits
   for (int bit = 1, rev = n >> 1; bit < n; bit <<= 1, rev >>= 1)
     if (r & bit) leaf |= rev;
   return micro_step * n + leaf;
 }
 
-ZeroPartitioner::~ZeroPartitioner() = default;
+ZeroPartitioner::~ZeroPartitioner() {
+  for (nn::HookHandle& h : hooks_) h.remove();
+}
 
 ZeroPartitioner::PlacementScope::PlacementScope(ZeroPartitioner& z, uint64_t seed)
     : factory_(*z.factory_), init_(seed, z.options_.device, z.options_.compute_dtype) {}
 ZeroPartitioner::PlacementScope::~PlacementScope() = default;
 
+std::vector<const ParamUnit*> ZeroPartitioner::units() const {
+  std::vector<const ParamUnit*> out;
+  for (auto& u : units_) out.push_back(u.get());
+  return out;
+}
+
 int64_t ZeroPartitioner::num_parameters() const {
   int64_t n = 0;
-  for (auto& u : units_) n += u->numel;
+  for (auto& u : units_) n += u->numel();
   return n;
 }
 
 int64_t ZeroPartitioner::num_padded() const {
   int64_t n = 0;
-  for (auto& u : units_) n += u->padded;
+  for (auto& u : units_) n += u->padded();
   return n;
 }
 
 ParamUnit& ZeroPartitioner::make_unit(const std::string& name, const std::vector<std::pair<std::string, Tensor>>& params) {
-  auto u = std::make_unique<ParamUnit>();
-  u->name = name;
-  u->index = static_cast<int>(units_.size());
-  const int64_t N = comm_->size();
+  std::vector<ParamSlot> slots;
   for (auto& [pname, p] : params) {
     const nn::ParameterSpec* spec = factory_->find(p);
     ZDL_CHECK(spec != nullptr, comm_->prefix(), " parameter '", pname,
               "' was not created inside placement_scope(): build the model in the scope so the manager places it");
-    ParamSlot s;
-    s.param = p;
-    s.name = pname;
-    s.offset = u->numel;
-    s.numel = p.numel();
-    s.init = spec->init;
-    s.seed = spec->seed;
-    s.stream = spec->stream;
-    s.decay = optim::decays(p);
-    u->numel += s.numel;
-    u->slots.push_back(s);
+    slots.push_back({.param = p, .name = pname, .numel = p.numel(), .init = spec->init, .seed = spec->seed,
+                     .stream = spec->stream, .decay = optim::decays(p)});
   }
-  // [Note: padding] Each unit pads to a multiple of N so every rank owns an equal block; the
-  // padding (< N elements per unit) is what the memory and traffic checks add to the formulas.
-  u->padded = (u->numel + N - 1) / N * N;
-  u->shard_size = u->padded / N;
-  u->shard_begin = comm_->rank() * u->shard_size;
-  units_.push_back(std::move(u));
+  units_.push_back(std::make_unique<ParamUnit>(name, static_cast<int>(units_.size()), std::move(slots), context_));
   return *units_.back();
-}
-
-namespace {
-
-// Writes the init values of unit elements [begin, begin + dst.numel()) into dst (contiguous,
-// f32, bf16 or f64); padding elements are zero. A device tensor is filled on the host and copied
-// over, so its values are the CPU init's bits.
-void init_range(const ParamUnit& u, int64_t begin, const Tensor& dst) {
-  if (!dst.device().is_cpu()) {
-    Tensor host;
-    {
-      MemoryScope ms(MemoryCategory::Workspace);
-      host = Tensor::empty(dst.shape(), dst.dtype());
-    }
-    init_range(u, begin, host);
-    dst.copy_(host);
-    return;
-  }
-  dst.zero_();
-  for (const Segment& g : u.segments(begin, begin + dst.numel())) {
-    Tensor part = Tensor::from_storage(dst.storage(), {g.numel()}, {1}, dst.offset() + (g.begin - begin), dst.dtype());
-    nn::init_elements(g.slot->init, g.slot->seed, g.slot->stream, g.param_begin(), part);
-  }
-}
-
-}  // namespace
-
-void ZeroPartitioner::allocate(ParamUnit& u) {
-  const StagePolicy& pol = policy_;
-  const DType ct = options_.compute_dtype, mt = master_dtype(ct);
-  const bool separate_master = ct != mt;
-  u.separate_master = separate_master;
-  const size_t es = element_size(ct);
-  const Device dev = options_.device;  // [Note: device]
-
-  // Full parameters: one storage for the unit, released under ZeRO-3 until gathered.
-  if (pol.shard_parameters) {
-    u.full = StorageImpl::make_released(static_cast<size_t>(u.padded) * es, dev, MemoryCategory::Parameter);
-    u.set_initial_param_state(ParamState::Sharded);
-  } else {
-    MemoryScope ms(MemoryCategory::Parameter);
-    u.full = Tensor::empty({u.padded}, ct, dev).storage();
-  }
-  u.full->set_label("unit " + u.name);
-  u.full->set_release_hint(
-      "under ZeRO-3 a unit's full parameters exist only during its forward and backward; to read or "
-      "write them elsewhere, gather them with `dist::GatheredParameters g(zero);` (collective: all ranks); "
-      "to optimize a wrapped model use dist::ZeroAdamW, not optim::AdamW");
-  u.full_flat = flat_view(u.full, 0, u.padded, ct);
-
-  // What the optimizer updates, initialized here from the recipes (only this rank's range
-  // under stages 1-3 with a separate master, or stage 3).
-  if (!pol.shard_optimizer) {
-    u.master_begin = 0;
-    if (separate_master) {
-      MemoryScope ms(MemoryCategory::OptimizerState);
-      u.master = Tensor::empty({u.padded}, mt, dev);
-      init_range(u, 0, u.master);
-      u.full_flat.copy_(u.master);
-    } else {
-      init_range(u, 0, u.full_flat);
-      u.master = u.full_flat;
-    }
-  } else if (pol.shard_parameters) {
-    u.master_begin = u.shard_begin;
-    {
-      MemoryScope ms(MemoryCategory::ParameterShard);
-      u.param_shard = Tensor::empty({u.shard_size}, ct, dev);
-    }
-    if (separate_master) {
-      MemoryScope ms(MemoryCategory::OptimizerState);
-      u.master = Tensor::empty({u.shard_size}, mt, dev);
-      init_range(u, u.shard_begin, u.master);
-      u.param_shard.copy_(u.master);
-    } else {
-      init_range(u, u.shard_begin, u.param_shard);
-      u.master = u.param_shard;
-    }
-  } else {  // stages 1, 2: every rank holds the full parameters, initialized the same way
-    u.master_begin = u.shard_begin;
-    Tensor init_full = separate_master ? Tensor::empty({u.padded}, mt) : u.full_flat;  // the former on the host
-    init_range(u, 0, init_full);
-    if (separate_master) {
-      u.full_flat.copy_(init_full);
-      MemoryScope ms(MemoryCategory::OptimizerState);
-      u.master = Tensor::empty({u.shard_size}, mt, dev);
-      u.master.copy_(slice(init_full, 0, u.shard_begin, u.shard_begin + u.shard_size));
-    } else {
-      u.master = flat_view(u.full, u.shard_begin, u.shard_size, ct);
-    }
-  }
-
-  // Gradients.
-  if (!pol.shard_gradients) {
-    MemoryScope ms(MemoryCategory::Gradient);
-    u.grad_full = Tensor::zeros({u.padded}, ct, dev).storage();
-  } else {
-    u.grad_full = StorageImpl::make_released(static_cast<size_t>(u.padded) * es, dev, MemoryCategory::Gradient);
-  }
-  u.grad_full->set_label("gradients of unit " + u.name);
-  u.grad_full->set_release_hint(
-      "under ZeRO-2/3 a unit's full gradients exist only between its backward and its reduce-scatter; the "
-      "reduced gradients are this rank's shard, which dist::ZeroAdamW steps on (optim::AdamW cannot optimize a "
-      "wrapped model)");
-  u.grad_flat = flat_view(u.grad_full, 0, u.padded, ct);
-  if (!pol.shard_optimizer) {
-    u.grad_shard = u.grad_flat;
-  } else if (!pol.shard_gradients) {
-    u.grad_shard = flat_view(u.grad_full, u.shard_begin, u.shard_size, ct);
-  } else {
-    MemoryScope ms(MemoryCategory::GradientShard);
-    u.grad_shard = Tensor::zeros({u.shard_size}, ct, dev);
-  }
-
-  // Re-point every parameter at its place in the unit (same TensorImpl: modules and saved
-  // tensors keep working).
-  for (ParamSlot& s : u.slots) {
-    TensorImpl* impl = s.param.impl();
-    impl->storage = u.full;
-    impl->offset = s.offset;
-    impl->strides = contiguous_strides(impl->shape);
-    impl->dtype = ct;
-    s.param.set_grad(Tensor());
-  }
 }
 
 void ZeroPartitioner::wrap(nn::Module& model) {
@@ -385,17 +192,17 @@ void ZeroPartitioner::wrap(nn::Module& model) {
   // Tied weights that cross units would be read while released: refuse them up front.
   for (auto& u : units_)
     for (auto& [name, m] : model.named_modules(false)) {
-      if (name.rfind(u->name + ".", 0) == 0 || name == u->name) continue;
+      if (name.rfind(u->name() + ".", 0) == 0 || name == u->name()) continue;
       if (is_under(name, unit_prefixes, true)) continue;
       for (auto& [pn, p] : m->local_parameters())
-        for (auto& s : u->slots)
-          ZDL_CHECK(!s.param.same(p), comm_->prefix(), " parameter '", s.name, "' of unit ", u->name,
+        for (auto& s : u->slots())
+          ZDL_CHECK(!s.param.same(p), comm_->prefix(), " parameter '", s.name, "' of unit ", u->name(),
                     " is also used by module '", name, "' outside that unit; tied parameters must live in one unit");
     }
   ParamUnit* root = rest.empty() ? nullptr : &make_unit("<root>", rest);
   check_same_units();
   try {
-    for (auto& u : units_) allocate(*u);
+    for (auto& u : units_) u->allocate();
   } catch (const OutOfMemoryError& e) {
     throw OutOfMemoryError(detail::str(comm_->prefix(), " placing the model's states under ", stage_name(stage()),
                                        " (", num_parameters(), " parameters on ", comm_->size(), " ranks): ", e.what(),
@@ -404,7 +211,7 @@ void ZeroPartitioner::wrap(nn::Module& model) {
   if (root) install_hooks(model, root);
   // One unit holding everything is rarely meant: usually is_unit matched none of the model's
   // module types. Say so once, with the fix.
-  if (block_order_.empty() && policy_.shard_parameters && comm_->rank() == 0 && !model.named_modules(false).empty())
+  if (block_order_.empty() && context_.policy.shard_parameters && comm_->rank() == 0 && !model.named_modules(false).empty())
     std::fprintf(stderr,
                  "zerodl: %s wrap(): no module matched ZeroOptions::is_unit (default: modules of type \"Block\"), so "
                  "the whole model is one unit: ZeRO-3 gathers all of it at once. Pass is_unit to name your model's "
@@ -420,19 +227,19 @@ void ZeroPartitioner::wrap(nn::Module& model) {
 void ZeroPartitioner::check_same_units() {
   if (comm_->size() == 1) return;
   uint64_t h = kFnv1aOffset;
-  for (auto& u : units_) h = fnv1a64(u->name + ":" + std::to_string(u->numel) + ";", h);
+  for (auto& u : units_) h = fnv1a64(u->name() + ":" + std::to_string(u->numel()) + ";", h);
   const std::vector<int64_t> all = comm_->all_gather_i64(static_cast<int64_t>(h));
   if (std::all_of(all.begin(), all.end(), [&](int64_t v) { return v == all[0]; })) return;
   const std::vector<int64_t> counts = comm_->all_gather_i64(static_cast<int64_t>(units_.size()));
   const int64_t common = *std::min_element(counts.begin(), counts.end());
   for (int64_t i = 0; i < common; ++i) {
     const ParamUnit& u = *units_[static_cast<size_t>(i)];
-    const std::vector<int64_t> sizes = comm_->all_gather_i64(u.numel);
-    const std::vector<int64_t> names = comm_->all_gather_i64(static_cast<int64_t>(fnv1a64(u.name)));
+    const std::vector<int64_t> sizes = comm_->all_gather_i64(u.numel());
+    const std::vector<int64_t> names = comm_->all_gather_i64(static_cast<int64_t>(fnv1a64(u.name())));
     for (size_t r = 0; r < sizes.size(); ++r)
       if (sizes[r] != sizes[0] || names[r] != names[0])
-        throw Error(detail::str(comm_->prefix(), " ranks built different models: unit ", i, " ('", u.name, "' here) has ",
-                                u.numel, " parameters on this rank, ", sizes[r], " on rank ", r, " (and ", sizes[0],
+        throw Error(detail::str(comm_->prefix(), " ranks built different models: unit ", i, " ('", u.name(), "' here) has ",
+                                u.numel(), " parameters on this rank, ", sizes[r], " on rank ", r, " (and ", sizes[0],
                                 " on rank 0); every rank must build the same model"));
   }
   std::string per_rank;
@@ -441,221 +248,88 @@ void ZeroPartitioner::check_same_units() {
                           " units, the ranks have ", per_rank, "; every rank must build the same model"));
 }
 
-// ---- hooks ----
+// ---- hooks: each calls the unit's own transition, then orders the units around it ----
 
 void ZeroPartitioner::install_hooks(nn::Module& m, ParamUnit* u) {
-  m.register_forward_pre_hook([this, u](nn::Module&, const nn::TensorList&) { on_forward_pre(*u); });
-  m.register_forward_post_hook(
-      [this, u](nn::Module&, const nn::TensorList&, const nn::TensorList&) { on_forward_post(*u); });
-  m.register_backward_pre_hook([this, u](nn::Module&) { on_backward_pre(*u); });
-  m.register_post_backward_hook([this, u](nn::Module&) { on_post_backward(*u); });
+  hooks_.push_back(m.register_forward_pre_hook([this, u](nn::Module&, const nn::TensorList&) { on_forward_pre(*u); }));
+  hooks_.push_back(m.register_forward_post_hook(
+      [this, u](nn::Module&, const nn::TensorList&, const nn::TensorList&) { on_forward_post(*u); }));
+  hooks_.push_back(m.register_backward_pre_hook([this, u](nn::Module&) { on_backward_pre(*u); }));
+  hooks_.push_back(m.register_post_backward_hook([this, u](nn::Module&) { on_post_backward(*u); }));
 }
 
-namespace {
-int position_of(const std::vector<ParamUnit*>& order, const ParamUnit& u) {
-  for (size_t i = 0; i < order.size(); ++i)
-    if (order[i] == &u) return static_cast<int>(i);
+int ZeroPartitioner::position(const ParamUnit& u) const {
+  for (size_t i = 0; i < block_order_.size(); ++i)
+    if (block_order_[i] == &u) return static_cast<int>(i);
   return -1;  // the root
 }
-}  // namespace
 
 void ZeroPartitioner::emit(TraceKind kind, const ParamUnit* u) {
   if (!trace_) return;
   double t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
-  trace_(TraceEvent{kind, u ? u->name : "", t, memory_ledger().stats(options_.device).total_current});
+  trace_(TraceEvent{kind, u ? u->name() : "", t, memory_ledger().stats(options_.device).total_current});
 }
 
-void ZeroPartitioner::gather(ParamUnit& u, CommPhase phase, bool wait) {
-  if (u.gathered()) return;
-  if (!u.gathering()) {
-    agree(phase == CommPhase::ForwardGather ? kForwardGather : kBackwardGather, &u);
-    CommPhaseScope ps(phase);
-    u.unshard_async(*comm_);
-    emit(TraceKind::GatherIssue, &u);
-  }
-  if (wait) {
-    u.wait_unshard();
-    emit(TraceKind::GatherDone, &u);
-  }
-}
-
+// Issues the all-gathers of the next `prefetch` blocks in `direction` (no-ops for units that
+// are not sharded: every unit under stages 0-2).
 void ZeroPartitioner::prefetch(int from, int direction, CommPhase phase) {
   for (int k = 1; k <= options_.prefetch; ++k) {
     int i = from + direction * k;
     if (i < 0 || i >= static_cast<int>(block_order_.size())) break;
-    gather(*block_order_[i], phase, /*wait=*/false);
+    block_order_[i]->unshard(phase);
   }
 }
 
 void ZeroPartitioner::on_forward_pre(ParamUnit& u) {
-  if (policy_.shard_parameters) {
-    gather(u, CommPhase::ForwardGather, true);
-    // A forward inside the backward is a checkpointed module recomputing the units it contains:
-    // the units after it are done with their backward, and a prefetch would leave one gathered.
-    int pos = position_of(block_order_, u);
-    if (!autograd::in_backward()) prefetch(pos, +1, CommPhase::ForwardGather);  // the root (pos -1): the first block
-  }
+  throw_deferred_error();
+  u.begin_forward();
+  // A forward inside the engine's backward is a checkpointed module recomputing the units it
+  // contains: the units after it are done with their backward, and a prefetch would leave one
+  // gathered. The root (position -1) prefetches the first block.
+  if (!autograd::in_backward()) prefetch(position(u), +1, CommPhase::ForwardGather);
   emit(TraceKind::ForwardBegin, &u);
 }
 
 void ZeroPartitioner::on_forward_post(ParamUnit& u) {
-  if (policy_.shard_parameters) u.reshard();
+  u.end_forward();
   emit(TraceKind::ForwardEnd, &u);
 }
 
 void ZeroPartitioner::on_backward_pre(ParamUnit& u) {
-  prepare_grads(u);
-  if (policy_.shard_parameters) {
-    gather(u, CommPhase::BackwardGather, true);
-    int pos = position_of(block_order_, u);
-    prefetch(pos < 0 ? static_cast<int>(block_order_.size()) : pos, -1, CommPhase::BackwardGather);
-  }
+  throw_deferred_error();
+  u.begin_backward();
+  const int pos = position(u);
+  prefetch(pos < 0 ? static_cast<int>(block_order_.size()) : pos, -1, CommPhase::BackwardGather);
   emit(TraceKind::BackwardBegin, &u);
 }
 
 void ZeroPartitioner::on_post_backward(ParamUnit& u) {
   emit(TraceKind::BackwardEnd, &u);
-  if (policy_.shard_parameters) {
-    u.reshard();  // the reduction reads gradients only
-    // Queue the next prefetch before this unit's reduction, so the next unit's pre-hook finds
-    // it issued and need not wait (in the divergence check) for the reduction to finish.
-    int pos = position_of(block_order_, u);
-    if (pos >= 0) prefetch(pos - 1, -1, CommPhase::BackwardGather);
-  }
-  reduce_grads(u);
+  u.end_backward();
+  // Queue the next prefetch before this unit's reduction, so the next unit's pre-hook finds
+  // it issued and need not wait (in the divergence check) for the reduction to finish.
+  if (const int pos = position(u); pos >= 0) prefetch(pos - 1, -1, CommPhase::BackwardGather);
+  reduce(u);
 }
 
-void ZeroPartitioner::prepare_grads(ParamUnit& u) {
-  ZDL_CHECK(u.grad_state != GradState::Reducing, comm_->prefix(), " unit ", u.name,
-            ": its backward started while its previous gradients are still being reduced");
-  u.grad_state = GradState::Accumulating;
-  if (u.grad_full->is_released()) {
-    u.grad_full->materialize(MemoryCategory::Gradient);
-    u.grad_flat.zero_();
-  }
-  for (ParamSlot& s : u.slots) {
-    Tensor g = s.param.grad();
-    if (g.defined() && g.storage() == u.grad_full && g.offset() == s.offset) continue;
-    s.param.set_grad(Tensor::from_storage(u.grad_full, s.param.shape(), contiguous_strides(s.param.shape()), s.offset,
-                                          options_.compute_dtype));
-  }
+// One reduction in flight ([Note: overlapped gradient reduction] in param_unit.cpp): a unit's
+// reduction is finished when the next one is issued, and the last one by a callback queued on
+// the autograd engine, so backward() returns with every gradient reduced. Every reduction
+// queues its own finisher behind itself, so nothing depends on the order of this callback and
+// nn::Module's end-of-backward one (which may fire a post-backward hook and so issue a
+// reduction from inside the callback queue: its finisher is queued after it). The engine drops
+// the callbacks of a backward that throws.
+void ZeroPartitioner::reduce(ParamUnit& u) {
+  if (!u.reduces_now(grad_sync_)) return;
+  finish_reduction();
+  u.start_reduce(grad_sync_);
+  reducing_ = &u;
+  if (autograd::in_backward()) autograd::queue_callback([this] { finish_reduction(); });
+  else finish_reduction();
 }
 
-// [Note: overlapped gradient reduction] A unit's gradients are complete when its post-backward
-// hook fires, while the backward still has the earlier units to compute. The reduction is
-// issued asynchronously (MPI: on the communicator's thread; NCCL: on its stream) and finished
-// (waited for, scaled by 1/N, stored into the shard, full gradients freed) when the next unit's
-// reduction is issued, so one reduction is in flight while the backward computes the previous
-// unit. The gradient buffer under a pending reduction is neither written (the backward is done
-// with that unit) nor freed (only wait_for_reductions frees it). A callback queued on the autograd
-// engine finishes the last one before backward() returns, so callers see reduced gradients as
-// before. Cost: stages 2-3 hold the full gradients of one more unit while it is in flight.
-void ZeroPartitioner::reduce_grads(ParamUnit& u) {
-  const StagePolicy& pol = policy_;
-  // Native reduction sums micro-batches locally where full gradients are kept anyway.
-  if (!exact() && !grad_sync_ && (!pol.shard_gradients || (options_.no_sync && !pol.shard_parameters))) return;
-  wait_for_reductions();  // at most one in flight
-  agree(kGradReduce, &u);
-  emit(TraceKind::ReduceBegin, &u);
-  CommPhaseScope ps(CommPhase::GradReduce);
-  PendingReduce p{&u, nullptr, Tensor(), grad_sync_};
-  u.grad_state = GradState::Reducing;
-  if (!pol.shard_optimizer) {
-    p.work = exact() ? comm_->all_reduce_fixed_async(u.grad_flat) : comm_->all_reduce_async(u.grad_flat);
-  } else {
-    {
-      MemoryScope ms(MemoryCategory::CommBuffer);
-      p.reduced = Tensor::empty({u.shard_size}, options_.compute_dtype, options_.device);
-    }
-    p.work = exact() ? comm_->reduce_scatter_fixed_async(u.grad_flat, p.reduced)
-                     : comm_->reduce_scatter_async(u.grad_flat, p.reduced);
-  }
-  pending_reduce_ = std::move(p);
-  // Finished by the next unit's reduction, or at the end of this backward (a no-op by then for
-  // all but the last unit's callback; the engine drops the callbacks of a backward that throws).
-  // Every reduction queues its own finisher behind itself, so nothing depends on the order of
-  // this callback and nn::Module's end-of-backward one (which may fire a post-backward hook and
-  // so issue a reduction from inside the callback queue: its finisher is queued after it).
-  if (autograd::in_backward()) autograd::queue_callback([this] { wait_for_reductions(); });
-  else wait_for_reductions();
-}
-
-void ZeroPartitioner::wait_for_reductions() {
-  if (!pending_reduce_) return;
-  // Taken out first: a wait that throws (watchdog) must not leave it to be finished again.
-  PendingReduce p = std::move(*pending_reduce_);
-  pending_reduce_.reset();
-  ParamUnit& u = *p.unit;
-  p.work->wait();
-  const double inv_n = 1.0 / comm_->size();
-  const StagePolicy& pol = policy_;
-  u.grad_state = p.last ? GradState::Reduced : GradState::Accumulating;
-  if (exact()) {
-    const Tensor& reduced = !pol.shard_optimizer ? u.grad_flat : p.reduced;
-    scale_(reduced, inv_n);
-    accumulate_exact(u, reduced, p.last);
-  } else if (!pol.shard_optimizer) {
-    scale_(u.grad_flat, inv_n);
-  } else {
-    scale_(p.reduced, inv_n);
-    if (!pol.shard_gradients) {
-      u.grad_shard.copy_(p.reduced);  // own block of the (persistent) full gradients
-    } else {
-      add_(u.grad_shard, p.reduced);  // micro-batches accumulate into the shard
-      u.grad_full->release();
-    }
-  }
-  emit(TraceKind::ReduceEnd, &u);
-}
-
-// [Note: pairwise accumulation] Micro-step a's reduced gradient is the sum of N consecutive
-// micro-batches (a whole subtree); the micro-steps are summed like a binary counter: a new sum
-// at level 0 merges with the newest entry while their levels match, so A micro-steps end as a
-// balanced pairwise tree over them (and any A as the same shape one process gives A x N
-// micro-batches). The partial sums live in Gradient (stage 0) or GradientShard buffers, at
-// most log2(A) of them; a step without accumulation needs none.
-void ZeroPartitioner::accumulate_exact(ParamUnit& u, const Tensor& reduced, bool last) {
-  const StagePolicy& pol = policy_;
-  // Stages 2-3 add into the shard (zero after zero_grad); stage 1's shard is its own block of
-  // the full buffer the reduction used as work space, and DDP's result is that buffer itself.
-  auto store = [&](const Tensor& v) {
-    const Tensor& dest = !pol.shard_optimizer ? u.grad_flat : u.grad_shard;
-    if (pol.shard_gradients) add_(dest, v);
-    else if (!v.same(dest)) dest.copy_(v);
-  };
-  if (last && u.grad_partials.empty()) {  // the step's only micro-step
-    store(reduced);
-  } else {
-    Tensor sum;
-    {
-      MemoryScope ms(!pol.shard_optimizer ? MemoryCategory::Gradient : MemoryCategory::GradientShard);
-      sum = Tensor::empty(reduced.shape(), reduced.dtype(), reduced.device());
-    }
-    sum.copy_(reduced);
-    int level = 0;
-    auto& parts = u.grad_partials;
-    while (!parts.empty() && parts.back().level == level) {  // left operand first: the older sum
-      add_(parts.back().sum, sum);
-      sum = parts.back().sum;
-      parts.pop_back();
-      ++level;
-    }
-    parts.push_back({level, sum});
-    if (last) {
-      while (parts.size() > 1) {  // A not a power of two: fold the rest newest-first
-        ParamUnit::PartialSum top = parts.back();
-        parts.pop_back();
-        add_(parts.back().sum, top.sum);
-      }
-      store(parts.back().sum);
-      parts.clear();
-    }
-  }
-  if (!pol.shard_gradients) {
-    if (!last) u.grad_flat.zero_();  // the next micro-batch's backward starts from zero
-  } else {
-    u.grad_full->release();
-  }
+void ZeroPartitioner::finish_reduction() {
+  if (ParamUnit* u = std::exchange(reducing_, nullptr)) u->finish_reduce();
 }
 
 // ---- step ----
@@ -666,7 +340,7 @@ namespace {
 std::vector<double> device_sums_of_squares(const std::vector<std::unique_ptr<ParamUnit>>& units, Device dev) {
   const int64_t U = static_cast<int64_t>(units.size());
   int64_t parts = 0;
-  for (auto& u : units) parts = std::max(parts, kernels::cuda::sum_squares_partials(u->grad_shard.numel()));
+  for (auto& u : units) parts = std::max(parts, kernels::cuda::sum_squares_partials(u->grad_shard().numel()));
   Tensor ws;  // [parts] partial sums (shared by the units, stream-ordered), then [U] results
   {
     MemoryScope ms(MemoryCategory::Workspace);
@@ -674,7 +348,7 @@ std::vector<double> device_sums_of_squares(const std::vector<std::unique_ptr<Par
   }
   double* base = static_cast<double*>(ws.raw_data());
   for (int64_t i = 0; i < U; ++i) {
-    const Tensor& g = units[static_cast<size_t>(i)]->grad_shard;  // contiguous; padding elements are zero
+    const Tensor& g = units[static_cast<size_t>(i)]->grad_shard();  // contiguous; padding elements are zero
     kernels::cuda::sum_squares(g.dtype(), g.numel(), g.raw_data(), base, base + parts + i);
   }
   return Tensor::from_storage(ws.storage(), {U}, {1}, parts, DType::F64).to_vector();
@@ -688,16 +362,17 @@ std::vector<double> device_sums_of_squares(const std::vector<std::unique_ptr<Par
 // have the same bits whatever the world size, stage or thread count. f64 runs and GPU
 // buffers sum in double (close, not bit-stable across decompositions).
 double ZeroPartitioner::clip_grad_norm(double max_norm) {
-  wait_for_reductions();  // normally done when backward() returned
+  throw_deferred_error();
+  finish_reduction();  // normally done when backward() returned
   unit_grad_sq_.assign(units_.size(), 0.0);
   check_gradients_complete("clip_grad_norm");
-  const bool sharded = policy_.shard_optimizer && comm_->size() > 1;
+  const bool sharded = context_.policy.shard_optimizer && comm_->size() > 1;
   const bool exact_sum = options_.device.is_cpu() && options_.compute_dtype != DType::F64;
   double sq = 0.0;
   if (exact_sum) {
     kernels::cpu::ExactSquareSum total;
     for (size_t i = 0; i < units_.size(); ++i) {
-      const Tensor& g = units_[i]->grad_shard;  // contiguous; padding elements are zero
+      const Tensor& g = units_[i]->grad_shard();  // contiguous; padding elements are zero
       kernels::cpu::ExactSquareSum s;
       if (g.dtype() == DType::BF16) s.add(g.numel(), g.data<BFloat16>());
       else s.add(g.numel(), g.data<float>());
@@ -714,7 +389,7 @@ double ZeroPartitioner::clip_grad_norm(double max_norm) {
     if (options_.device.is_cuda()) unit_grad_sq_ = device_sums_of_squares(units_, options_.device);
 #endif
     for (size_t i = 0; i < units_.size(); ++i) {
-      const Tensor& g = units_[i]->grad_shard;
+      const Tensor& g = units_[i]->grad_shard();
       double& s = unit_grad_sq_[i];
       if (g.device().is_cpu()) s = kernels::cpu::sum_squares<double>(g.numel(), g.data<double>());
       sq += s;
@@ -734,68 +409,63 @@ std::vector<ZeroPartitioner::NonFiniteUnit> ZeroPartitioner::nonfinite_grad_unit
             " nonfinite_grad_units: call clip_grad_norm first (it measures the gradients)");
   std::vector<double> bad(units_.size());
   for (size_t i = 0; i < units_.size(); ++i) bad[i] = std::isfinite(unit_grad_sq_[i]) ? 0.0 : 1.0;
-  const bool replicated = !policy_.shard_optimizer || comm_->size() == 1;
+  const bool replicated = !context_.policy.shard_optimizer || comm_->size() == 1;
   if (!replicated) {
     agree(kNonFiniteReduce, nullptr);
     bad = comm_->all_reduce_sums(std::move(bad));
   }
   std::vector<NonFiniteUnit> out;
   for (size_t i = 0; i < units_.size(); ++i)
-    if (bad[i] > 0) out.push_back({units_[i]->name, replicated ? comm_->size() : static_cast<int>(bad[i])});
+    if (bad[i] > 0) out.push_back({units_[i]->name(), replicated ? comm_->size() : static_cast<int>(bad[i])});
   return out;
 }
 
-void ZeroPartitioner::after_optimizer_step() {
+void ZeroPartitioner::check_gradients_complete(const char* what) const {
+  for (auto& u : units_)
+    ZDL_CHECK(u->grad_state() != GradState::Accumulating && u->grad_state() != GradState::Reducing, comm_->prefix(),
+              " ", what, ": the gradients of unit ", u->name(), " are ", state_name(u->grad_state()),
+              ", not reduced: the step's last micro-batch must run its backward after set_grad_sync(true)");
+}
+
+std::vector<OptimizerShard> ZeroPartitioner::optimizer_shards() const {
+  std::vector<OptimizerShard> out;
+  for (auto& u : units_) out.push_back(u->optimizer_shard());
+  return out;
+}
+
+void ZeroPartitioner::begin_optimizer_step(const char* what) {
+  throw_deferred_error();
+  finish_reduction();  // normally done when backward() returned
+  check_gradients_complete(what);
+  emit(TraceKind::StepBegin, nullptr);
+}
+
+void ZeroPartitioner::end_optimizer_step() {
   refresh_params();
   ++step_;
   emit(TraceKind::StepEnd, nullptr);
 }
 
 void ZeroPartitioner::refresh_params() {
-  for (auto& up : units_) {
-    ParamUnit& u = *up;
-    const bool separate = u.separate_master;
-    if (!policy_.shard_optimizer) {
-      if (separate) u.full_flat.copy_(u.master);
-    } else if (policy_.shard_parameters) {
-      if (separate) u.param_shard.copy_(u.master);
-    } else if (policy_.gather_after_step) {
-      Tensor own = flat_view(u.full, u.shard_begin, u.shard_size, options_.compute_dtype);
-      if (separate) own.copy_(u.master);
-      agree(kPostStepGather, &u);
-      CommPhaseScope ps(CommPhase::PostStepGather);
-      comm_->all_gather(own, u.full_flat);
-    }
-  }
-}
-
-void ZeroPartitioner::check_gradients_complete(const char* what) const {
-  for (auto& u : units_)
-    ZDL_CHECK(u->grad_state != GradState::Accumulating && u->grad_state != GradState::Reducing, comm_->prefix(), " ",
-              what, ": the gradients of unit ", u->name, " are ", state_name(u->grad_state),
-              ", not reduced: the step's last micro-batch must run its backward after set_grad_sync(true)");
+  for (auto& u : units_) u->refresh_params();
 }
 
 void ZeroPartitioner::zero_grad() {
-  wait_for_reductions();  // no buffer is zeroed or freed under a pending collective
-  for (auto& u : units_) {
-    u->grad_partials.clear();  // a step abandoned mid-accumulation
-    u->grad_state = GradState::Empty;
-    if (!policy_.shard_gradients) {
-      u->grad_flat.zero_();
-    } else {
-      u->grad_shard.zero_();
-      u->grad_full->release();
-    }
-  }
+  finish_reduction();  // no buffer is zeroed or freed under a pending collective
+  for (auto& u : units_) u->zero_grad();
   grad_sync_ = true;
+}
+
+void ZeroPartitioner::throw_deferred_error() {
+  if (deferred_error_.empty()) return;
+  throw Error(std::exchange(deferred_error_, std::string()));
 }
 
 // ---- divergence ----
 
 void ZeroPartitioner::agree(int event, const ParamUnit* u) {
   if (!options_.check_divergence || comm_->size() == 1) return;
-  int64_t tag = (step_ << 24) | (static_cast<int64_t>(event) << 16) | (u ? u->index + 1 : 0);
+  int64_t tag = (step_ << 24) | (static_cast<int64_t>(event) << 16) | (u ? u->index() + 1 : 0);
   std::vector<int64_t> tags = comm_->all_gather_i64(tag);
   if (std::all_of(tags.begin(), tags.end(), [&](int64_t t) { return t == tags[0]; })) return;
   std::string where;
@@ -807,7 +477,7 @@ void ZeroPartitioner::agree(int event, const ParamUnit* u) {
 std::string ZeroPartitioner::describe(int64_t tag) const {
   int64_t unit = tag & 0xFFFF, event = (tag >> 16) & 0xFF, step = tag >> 24;
   std::string uname = unit == 0 ? "(no unit)" : unit <= static_cast<int64_t>(units_.size())
-                                                    ? "unit '" + units_[unit - 1]->name + "'"
+                                                    ? "unit '" + units_[unit - 1]->name() + "'"
                                                     : "unit #" + std::to_string(unit - 1);
   return detail::str(event_name(static_cast<int>(event)), " of ", uname, " in step ", step + 1);
 }
@@ -820,8 +490,9 @@ namespace {
 uint64_t parameters_fingerprint(const std::vector<std::unique_ptr<ParamUnit>>& units) {
   uint64_t h = kFnv1aOffset;
   for (auto& u : units) {
-    if (u->full->is_released()) continue;  // a forward inside the scope freed it again
-    const Tensor host = u->full_flat.device().is_cpu() ? u->full_flat : u->full_flat.to(Device::cpu());
+    const Tensor full = u->full_params();
+    if (!full.defined()) continue;  // a forward inside the scope freed it again
+    const Tensor host = full.device().is_cpu() ? full : full.to(Device::cpu());
     h = fnv1a64(host.raw_data(), host.nbytes(), h);
   }
   return h;
@@ -829,36 +500,46 @@ uint64_t parameters_fingerprint(const std::vector<std::unique_ptr<ParamUnit>>& u
 }  // namespace
 
 GatheredParameters::GatheredParameters(ZeroPartitioner& z, bool modify) : z_(z), modify_(modify) {
-  if (z_.policy().shard_parameters)
-    for (auto& u : z_.units_) {
-      if (u->gathered()) continue;
-      z_.gather(*u, CommPhase::Other, true);
-      gathered_.push_back(u.get());
-    }
+  for (auto& u : z_.units_) {
+    if (u->param_state() == ParamState::Unsharded) continue;  // every unit under stages 0-2
+    u->unshard(CommPhase::Other);
+    u->wait_unshard();
+    gathered_.push_back(u.get());
+  }
   if (!modify_) fingerprint_ = parameters_fingerprint(z_.units_);
 }
 
-GatheredParameters::~GatheredParameters() noexcept(false) {
+std::string GatheredParameters::end_scope() {
+  released_ = true;
+  std::string error;
   if (!modify_) {
-    const bool written = parameters_fingerprint(z_.units_) != fingerprint_;
-    for (ParamUnit* u : gathered_) u->reshard();
-    // Not while an exception unwinds the stack: that one is what the caller needs to see.
-    if (written && std::uncaught_exceptions() == 0)
-      throw Error(z_.comm_->prefix() +
-                  " parameters were written inside a read-only dist::GatheredParameters: such writes need not reach "
-                  "the masters and shards training uses; write inside GatheredParameters g(zero, /*modify=*/true)");
-    return;
-  }
-  for (auto& u : z_.units_) {
-    Tensor own = Tensor::from_storage(u->full, {u->master.numel()}, {1}, u->master_begin, z_.options_.compute_dtype);
-    if (z_.policy().shard_parameters) {
-      u->master.copy_(own);
-      if (u->separate_master) u->param_shard.copy_(u->master);
-    } else if (u->separate_master) {
-      u->master.copy_(own);
-    }
+    if (parameters_fingerprint(z_.units_) != fingerprint_)
+      error = z_.comm_->prefix() +
+              " parameters were written inside a read-only dist::GatheredParameters: such writes need not reach "
+              "the masters and shards training uses; write inside GatheredParameters g(zero, /*modify=*/true)";
+  } else {
+    for (auto& u : z_.units_) u->write_back_full();
   }
   for (ParamUnit* u : gathered_) u->reshard();
+  return error;
+}
+
+void GatheredParameters::release() {
+  ZDL_CHECK(!released_, z_.comm_->prefix(), " GatheredParameters::release() called twice");
+  if (std::string error = end_scope(); !error.empty()) throw Error(error);
+}
+
+GatheredParameters::~GatheredParameters() {
+  if (released_) return;
+  try {
+    std::string error = end_scope();
+    // Not while an exception unwinds the stack: that one is what the caller needs to see.
+    if (error.empty() || std::uncaught_exceptions() > 0) return;
+    std::fprintf(stderr, "zerodl: %s (raised at the next training call)\n", error.c_str());
+    z_.deferred_error_ = error;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zerodl: ending a GatheredParameters scope failed: %s\n", e.what());
+  }
 }
 
 }  // namespace zdl::dist

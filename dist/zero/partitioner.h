@@ -4,10 +4,12 @@
 //   1. Build inside `placement_scope()`: register_parameter hands each parameter to the
 //      manager's ParameterFactory, which records its init recipe and returns a tensor with no
 //      bytes yet (no full copy of the model ever exists under ZeRO-3).
-//   2. `wrap(model)` groups parameters into units (each Block, plus a root unit for the rest),
-//      lays each unit out as one flat buffer padded to a multiple of N, allocates what the
-//      stage keeps, initializes only what this rank owns (bit-identical to the same slice of a
-//      single-process init, by the counter-based RNG), and installs the hooks:
+//   2. `wrap(model)` groups parameters into units (each Block, plus a root unit for the rest;
+//      dist/zero/param_unit.h: each lays itself out as one flat buffer padded to a multiple of
+//      N, allocates what the stage keeps and initializes only what this rank owns,
+//      bit-identical to the same slice of a single-process init) and installs the hooks, which
+//      call the unit's own transitions; the manager adds the order between units (prefetch,
+//      one reduction in flight) and the divergence check:
 //        forward pre-hook    stage 3: all-gather the unit (and prefetch the next)
 //        forward post-hook   stage 3: free the unit's full parameters
 //        backward pre-hook   stage 3: all-gather the unit again (prefetch the previous);
@@ -19,8 +21,8 @@
 //                            overlaps the previous unit's backward; backward() returns with
 //                            every reduction finished ([Note: overlapped gradient reduction]).
 //   3. Per step: forward/backward (set_grad_sync for micro-batches), `clip_grad_norm`, then the
-//      ZeroAdamW step (optim on own shards; stages 1-2 all-gather parameters afterwards),
-//      `zero_grad`.
+//      ZeroAdamW step (it reads each unit's OptimizerShard, updates it, and tells the manager
+//      once: stages 1-2 then all-gather the parameters), `zero_grad`.
 //
 //   auto comm = dist::init();
 //   dist::ZeroPartitioner zero(comm, {.stage = dist::ZeroStage::Three});
@@ -33,13 +35,13 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "dist/comm/communicator.h"
-#include "dist/zero/param_unit.h"
 #include "dist/zero/options.h"
+#include "dist/zero/param_unit.h"
+#include "dist/zero/trace.h"
 #include "nn/module.h"
 #include "nn/parameter_factory.h"
 
@@ -48,6 +50,7 @@ namespace zdl::dist {
 class ZeroPartitioner {
  public:
   ZeroPartitioner(std::shared_ptr<Communicator> comm, ZeroOptions options);
+  // Unregisters its hooks: a model that outlives the manager runs without them.
   ~ZeroPartitioner();
   ZeroPartitioner(const ZeroPartitioner&) = delete;
   ZeroPartitioner& operator=(const ZeroPartitioner&) = delete;
@@ -99,34 +102,34 @@ class ZeroPartitioner {
   };
   std::vector<NonFiniteUnit> nonfinite_grad_units();
 
-  // Waits for the gradient reduction still in flight (if any) and stores its result. backward()
-  // already did; the optimizer calls it before reading gradients.
-  void wait_for_reductions();
-  // Throws, naming the unit, if some unit's gradients are not reduced yet ([Note: unit
-  // lifecycle]); `what` names the caller that needs them.
-  void check_gradients_complete(const char* what) const;
-
   // Zeroes the reduced gradients (after the optimizer step).
   void zero_grad();
 
-  // Called by the optimizer after it updated the masters: refreshes the compute-dtype
-  // parameters (casts; stages 1-2 all-gather them).
-  void after_optimizer_step();
-
-  // Recomputes the compute-dtype parameters from the masters (casts; stages 1-2 all-gather
-  // them) without counting a step: after the masters were written from outside the optimizer
-  // (dist::load_sharded). Collective.
+  // ---- the optimizer's side ----
+  // Every unit's OptimizerShard (master and reduced gradient), in units() order: fixed at
+  // wrap(), so an optimizer sizes its state from them and a checkpoint reads and writes them.
+  std::vector<OptimizerShard> optimizer_shards() const;
+  // Before an optimizer step: waits for a reduction still in flight and throws, naming the unit
+  // and `what` (the caller), if some unit's gradients are not reduced yet ([Note: unit
+  // lifecycle]). Then the shards above hold this step's gradients.
+  void begin_optimizer_step(const char* what);
+  // After the optimizer updated the masters: refreshes the compute-dtype parameters (casts;
+  // stages 1-2 all-gather them) and counts the step. Collective under stages 1-2.
+  void end_optimizer_step();
+  // The same refresh without counting a step: after the masters were written from outside the
+  // optimizer (dist::load_sharded). Collective.
   void refresh_params();
 
   // Receives a TraceEvent at every unit event (nullptr: off). For timelines and memory plots.
   void set_trace(std::function<void(const TraceEvent&)> sink) { trace_ = std::move(sink); }
-  void emit(TraceKind kind, const ParamUnit* u);
 
   Communicator& comm() { return *comm_; }
   const ZeroOptions& options() const { return options_; }
   ZeroStage stage() const { return options_.stage; }
-  const StagePolicy& policy() const { return policy_; }
-  std::vector<std::unique_ptr<ParamUnit>>& units() { return units_; }
+  const StagePolicy& policy() const { return context_.policy; }
+  // The units, blocks in forward order and the root last. Read-only: their states change
+  // through the hooks and the calls above.
+  std::vector<const ParamUnit*> units() const;
   int64_t num_parameters() const;  // Psi (unpadded)
   int64_t num_padded() const;      // sum of padded unit sizes
   // The training step the divergence check reports (Trainer::step and load_sharded set it;
@@ -139,7 +142,6 @@ class ZeroPartitioner {
   friend class GatheredParameters;
 
   ParamUnit& make_unit(const std::string& name, const std::vector<std::pair<std::string, Tensor>>& params);
-  void allocate(ParamUnit& u);
   // Collective: throws on every rank, naming the first difference, unless all built the same units.
   void check_same_units();
   void install_hooks(nn::Module& m, ParamUnit* u);
@@ -147,21 +149,16 @@ class ZeroPartitioner {
   void on_forward_post(ParamUnit& u);
   void on_backward_pre(ParamUnit& u);
   void on_post_backward(ParamUnit& u);
-  void gather(ParamUnit& u, CommPhase phase, bool wait);
   void prefetch(int from, int direction, CommPhase phase);
-  void prepare_grads(ParamUnit& u);
-  void reduce_grads(ParamUnit& u);
-  // A unit's gradient reduction in flight: `reduced` receives its shard (stages 1-3).
-  struct PendingReduce {
-    ParamUnit* unit;
-    std::shared_ptr<Work> work;
-    Tensor reduced;
-    bool last = true;  // the step's last micro-batch (exact reduction completes the sum)
-  };
-  // Exact reduction: adds a micro-batch's reduced gradients to the unit's pairwise partial sums
-  // and, on the last micro-batch, stores the step's gradient.
-  void accumulate_exact(ParamUnit& u, const Tensor& reduced, bool last);
-  bool exact() const { return options_.reduction == GradReduction::Exact; }
+  int position(const ParamUnit& u) const;  // in block_order_; -1 for the root
+  void reduce(ParamUnit& u);
+  // Finishes the gradient reduction still in flight (if any). backward() already did.
+  void finish_reduction();
+  void check_gradients_complete(const char* what) const;
+  // A write found in a read-only GatheredParameters after its scope ended: thrown here, at the
+  // next call that trains.
+  void throw_deferred_error();
+  void emit(TraceKind kind, const ParamUnit* u);
 
   // Divergence check: every rank must be at the same (event, unit) here.
   void agree(int event, const ParamUnit* u);
@@ -169,37 +166,47 @@ class ZeroPartitioner {
 
   std::shared_ptr<Communicator> comm_;
   ZeroOptions options_;
-  StagePolicy policy_;  // from options_.stage, once
+  UnitContext context_;  // what every unit is given (the policy from options_.stage, once)
   std::unique_ptr<Factory> factory_;
   std::vector<std::unique_ptr<ParamUnit>> units_;  // blocks in order, root last
   std::vector<ParamUnit*> block_order_;             // units other than the root, forward order
+  std::vector<nn::HookHandle> hooks_;
   bool wrapped_ = false;
   bool grad_sync_ = true;
-  std::optional<PendingReduce> pending_reduce_;  // at most one in flight
+  ParamUnit* reducing_ = nullptr;  // the unit whose reduction is in flight (at most one)
   int64_t step_ = 0;
   double last_grad_norm_ = 0.0;
   std::vector<double> unit_grad_sq_;  // this rank's sum of squares per unit, from clip_grad_norm
+  std::string deferred_error_;
   std::function<void(const TraceEvent&)> trace_;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 
 // Gathers the full parameters of every unit while alive, so they can be read outside
 // forward/backward (inspection, export, evaluation code). With modify = true, values written to
-// the parameters are copied back into this rank's masters and shards on exit; without it, a
-// write is an error when the scope ends (it would be lost). Collective: every rank must enter
-// and leave it together.
+// the parameters are copied back into this rank's masters and shards when the scope ends;
+// without it, a write is an error (it would be lost): release() throws it, and a scope that
+// ends without release() reports it on stderr and makes the manager's next training call
+// throw it. Collective: every rank must enter and leave it together.
 //
 //   { dist::GatheredParameters g(zero); io::export_gpt2(*model, "model.safetensors"); }
 class GatheredParameters {
  public:
   explicit GatheredParameters(ZeroPartitioner& z, bool modify = false);
-  ~GatheredParameters() noexcept(false);
+  ~GatheredParameters();
   GatheredParameters(const GatheredParameters&) = delete;
   GatheredParameters& operator=(const GatheredParameters&) = delete;
+  // Ends the scope now: writes back (modify) or checks that nothing was written (throws if
+  // something was), then frees what it gathered. Collective.
+  void release();
 
  private:
+  // Ends the scope; returns the error of a write in a read-only scope ("" if none).
+  std::string end_scope();
+
   ZeroPartitioner& z_;
   bool modify_;
+  bool released_ = false;
   std::vector<ParamUnit*> gathered_;
   uint64_t fingerprint_ = 0;  // read-only: the parameters' bytes on entry
 };

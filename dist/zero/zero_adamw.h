@@ -1,12 +1,15 @@
 // ZeroAdamW: AdamW on the flat shards of a ZeroPartitioner (docs/design.md, mechanism 4).
 //
+// A plain optimizer over a narrow view: each unit's OptimizerShard (master, reduced gradient,
+// the parameter segments they hold), taken once from the manager. A step tells the manager it
+// begins (the gradients must be reduced) and that it is done (the manager then refreshes the
+// compute-dtype parameters; stages 1-2 all-gather them); it never reaches into a unit.
 // Each rank updates only the elements it owns (stage 0: all of them): one fused loop per
-// parameter segment of its shard, with the decoupled weight decay of that parameter (decay on
-// matrices only, as GPT-2 training does). On a GPU (ZeroOptions::device) one kernel per unit
-// updates all its segments (kernels/cuda/optim.h), from a table of (offset, size, decay) chunks
-// built at the first step and kept on the device. The moments are this optimizer's, allocated
-// when it is made: f32 (f64 for f64 runs), sized like the master: full under DDP, 1/N otherwise. After the update the manager refreshes the
-// compute-dtype parameters (and stages 1-2 all-gather them).
+// parameter segment, with the decoupled weight decay of that parameter (matrices only, as
+// GPT-2 training does). On a GPU (ZeroOptions::device) one kernel per unit updates all its
+// segments (kernels/cuda/optim.h), from a table of (offset, size, decay) chunks built at the
+// first step and kept on the device. The moments are this optimizer's, allocated when it is
+// made: f32 (f64 for f64 runs), sized like the master: full under DDP, 1/N otherwise.
 //
 //   dist::ZeroAdamW opt(zero, {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95}, /*weight_decay=*/0.1);
 //   opt.set_lr(sched.lr(step)); opt.step(zero.clip_grad_norm(1.0)); zero.zero_grad();
@@ -29,7 +32,8 @@ class ZeroAdamW {
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t s) { step_ = s; }
 
-  // Adam's first and second moments of unit i (zero.units()[i]), indexed like its master:
+  // Adam's first and second moments of unit i (zero.units()[i]), indexed like its
+  // OptimizerShard's master:
   // f32 (f64 for f64 runs), full size under DDP, this rank's shard otherwise. Checkpoints read
   // and write them here.
   const Tensor& exp_avg(size_t unit) const { return moments_.at(unit)[0]; }
@@ -41,6 +45,7 @@ class ZeroAdamW {
   void build_device_tables();
 
   ZeroPartitioner& zero_;
+  std::vector<OptimizerShard> shards_;          // per unit: what this rank updates
   std::vector<std::array<Tensor, 2>> moments_;  // per unit: exp_avg, exp_avg_sq
   optim::AdamWOptions options_;
   double weight_decay_;

@@ -332,8 +332,9 @@ void train_steps(Trainer& t, int steps, Device dev) {
 // Every unit's master and moments, on the host (N = 1: the whole unit).
 std::vector<std::vector<double>> states_of(dist::ZeroPartitioner& z, const dist::ZeroAdamW& opt) {
   std::vector<std::vector<double>> out;
-  for (size_t i = 0; i < z.units().size(); ++i)
-    for (const Tensor* t : std::initializer_list<const Tensor*>{&z.units()[i]->master, &opt.exp_avg(i), &opt.exp_avg_sq(i)})
+  const std::vector<dist::OptimizerShard> shards = z.optimizer_shards();
+  for (size_t i = 0; i < shards.size(); ++i)
+    for (const Tensor* t : std::initializer_list<const Tensor*>{&shards[i].master, &opt.exp_avg(i), &opt.exp_avg_sq(i)})
       out.push_back(t->to_vector());
   return out;
 }
@@ -368,11 +369,11 @@ TEST(CudaZero, GatheredParametersWriteBackOnTheGpu) {
     dist::GatheredParameters g(*t.zero, /*modify=*/true);
     t.model->ln_f->weight.fill_(0.5);
   }
-  for (auto& u : t.zero->units())
-    for (auto& s : u->slots)
-      if (s.name == "ln_f.weight") {
-        auto m = u->master.to_vector();
-        for (int64_t i = 0; i < s.numel; ++i) EXPECT_EQ(m[s.offset + i], 0.5) << i;
+  for (const dist::OptimizerShard& shard : t.zero->optimizer_shards())
+    for (const dist::Segment& g : shard.segments)
+      if (g.slot->name == "ln_f.weight") {
+        auto m = shard.master.to_vector();
+        for (int64_t i = g.begin; i < g.end; ++i) EXPECT_EQ(m[i - shard.begin], 0.5) << i;
       }
   dist::GatheredParameters g(*t.zero);
   for (double v : t.model->ln_f->weight.to_vector()) EXPECT_EQ(v, 0.5);

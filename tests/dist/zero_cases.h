@@ -66,9 +66,9 @@ inline void expect_checkpointing_identical(Communicator& comm, ZeroStage stage) 
   Probe all_freed;
   all_freed.after_step = [&comm](ZeroPartitioner& z, int step) {
     if (z.stage() != ZeroStage::Three) return;
-    for (auto& u : z.units())
+    for (const ParamUnit* u : z.units())
       EXPECT_EQ(u->param_state(), ParamState::Sharded)
-          << comm.prefix() << " unit " << u->name << " still gathered after step " << step + 1;
+          << comm.prefix() << " unit " << u->name() << " still gathered after step " << step + 1;
   };
   auto inside_blocks = [](const nn::Module& m) {
     return m.type_name() == "CausalSelfAttention" || m.type_name() == "MLP";
@@ -106,9 +106,9 @@ inline void expect_memory_closed_form(Communicator& comm, ZeroStage stage) {
     // the one whose reduction is in flight, never for every block at once.
     if (stage == ZeroStage::Two || stage == ZeroStage::Three) {
       int64_t root = 0, block = 0;
-      for (auto& u : z.units()) {
-        int64_t& largest = u->name == "<root>" ? root : block;
-        largest = std::max(largest, u->padded);
+      for (const ParamUnit* u : z.units()) {
+        int64_t& largest = u->name() == "<root>" ? root : block;
+        largest = std::max(largest, u->padded());
       }
       const int64_t peak = memory_ledger().stats(Device::cpu()).peak_of(MemoryCategory::Gradient) - base[MemoryCategory::Gradient];
       EXPECT_LE(peak, 4 * (root + 2 * block)) << comm.prefix() << " " << stage_name(stage)
@@ -176,18 +176,24 @@ inline void expect_zero3_shards_match_full_init(Communicator& comm) {
     model = std::make_shared<nn::GPT>(tiny_gpt());
   }
   zero.wrap(*model);
-  auto ref = full->named_parameters();
-  std::map<std::string, Tensor> by_name(ref.begin(), ref.end());
-  for (auto& u : zero.units()) {
-    auto shard = u->param_shard.to_vector();
-    for (auto& s : u->slots) {
-      auto v = by_name.at(s.name).to_vector();
-      for (int64_t i = 0; i < s.numel; ++i) {
-        int64_t at = s.offset + i - u->shard_begin;
-        if (at < 0 || at >= u->shard_size) continue;
-        EXPECT_EQ(shard[at], v[i]) << comm.prefix() << " " << s.name << "[" << i << "]";
-      }
-    }
+  // The expected shards from the layout's definition, not the library's offsets: each block's
+  // parameters (then the rest, the root) concatenated in registration order, padded to a
+  // multiple of N; rank r holds elements [r ceil(n / N), (r + 1) ceil(n / N)).
+  const int64_t N = comm.size(), r = comm.rank();
+  std::vector<std::vector<double>> expected(model->h.size() + 1);
+  for (auto& [name, p] : full->named_parameters()) {
+    size_t unit = model->h.size();  // the root
+    for (size_t b = 0; b < model->h.size(); ++b)
+      if (name.rfind(detail::str("h.", b, "."), 0) == 0) unit = b;
+    for (double v : p.to_vector()) expected[unit].push_back(v);
+  }
+  const std::vector<OptimizerShard> shards = zero.optimizer_shards();  // f32 ZeRO-3: the master is the shard
+  ASSERT_EQ(shards.size(), expected.size());
+  for (size_t u = 0; u < shards.size(); ++u) {
+    const int64_t n = static_cast<int64_t>(expected[u].size()), size = (n + N - 1) / N;
+    std::vector<double> slice(static_cast<size_t>(size), 0.0);
+    for (int64_t i = 0; i < size && r * size + i < n; ++i) slice[static_cast<size_t>(i)] = expected[u][static_cast<size_t>(r * size + i)];
+    EXPECT_EQ(shards[u].master.to_vector(), slice) << comm.prefix() << " unit " << u;
   }
   try {
     model->h[1]->mlp->c_fc->weight.to_vector();
@@ -198,7 +204,7 @@ inline void expect_zero3_shards_match_full_init(Communicator& comm) {
     EXPECT_NE(m.find("GatheredParameters"), std::string::npos) << m;
   }
   GatheredParameters g(zero);
-  EXPECT_EQ(model->h[1]->mlp->c_fc->weight.to_vector(), by_name.at("h.1.mlp.c_fc.weight").to_vector());
+  EXPECT_EQ(model->h[1]->mlp->c_fc->weight.to_vector(), full->h[1]->mlp->c_fc->weight.to_vector());
 }
 
 }  // namespace zdl::dist::testing

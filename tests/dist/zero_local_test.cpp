@@ -113,11 +113,11 @@ TEST(ZeroLocal, GradientReductionsOverlapThePreviousUnitsBackwardAndFinishBefore
           << stage_name(stage) << ": " << later << "'s reduction should be in flight during " << earlier << "'s backward";
     }
     // Reduced gradients are in place: the shards hold them, stages 2-3 freed the full gradients.
-    for (auto& u : zero.units()) {
-      std::vector<double> g = u->grad_shard.to_vector();
+    for (const ParamUnit* u : zero.units()) {
+      std::vector<double> g = u->grad_shard().to_vector();
       EXPECT_TRUE(std::any_of(g.begin(), g.end(), [](double v) { return v != 0.0; }))
-          << stage_name(stage) << " " << u->name;
-      if (stage == ZeroStage::Two || stage == ZeroStage::Three) EXPECT_TRUE(u->grad_full->is_released()) << u->name;
+          << stage_name(stage) << " " << u->name();
+      if (stage == ZeroStage::Two || stage == ZeroStage::Three) EXPECT_TRUE(u->full_grads_released()) << u->name();
     }
   }
 }
@@ -241,8 +241,21 @@ TEST(ZeroLocal, CommonMistakesGetErrorsThatNameTheFix) {
     e = error_of([&] {
       GatheredParameters g(zero);
       model->h[0]->mlp->c_fc->weight.fill_(0.5);
+      g.release();
     });
     EXPECT_NE(e.find("modify=*/true"), std::string::npos) << e;
+    // A scope that ends without release(): said on stderr, thrown by the next training call.
+    ::testing::internal::CaptureStderr();
+    EXPECT_NO_THROW({
+      GatheredParameters g(zero);
+      model->h[0]->mlp->c_fc->weight.fill_(0.25);
+    });
+    const std::string said = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(said.find("modify=*/true"), std::string::npos) << said;
+    const Tensor inputs = x, targets = y;  // (a lambda cannot capture structured bindings here)
+    e = error_of([&] { model->loss(inputs, targets); });
+    EXPECT_NE(e.find("read-only dist::GatheredParameters"), std::string::npos) << e;
+    EXPECT_NO_THROW(model->loss(inputs, targets)) << "the error is raised once";
     EXPECT_NO_THROW({
       GatheredParameters g(zero, /*modify=*/true);
       model->h[0]->mlp->c_fc->weight.fill_(0.5);
@@ -265,6 +278,25 @@ TEST(ZeroLocal, CommonMistakesGetErrorsThatNameTheFix) {
     EXPECT_NE(warned.find("is_unit"), std::string::npos) << warned;
     EXPECT_EQ(zero.units().size(), 1u);
   }
+}
+
+// The partitioner unregisters its hooks when it dies: a model that outlives it (a DDP model's
+// parameters keep their bytes) trains on without calling into the freed manager.
+TEST(ZeroLocal, AModelOutlivingItsPartitionerRunsWithoutItsHooks) {
+  std::shared_ptr<Communicator> shared(&local(), [](Communicator*) {});
+  std::shared_ptr<nn::GPT> model;
+  {
+    ZeroPartitioner zero(shared, {.stage = ZeroStage::DDP});
+    {
+      auto scope = zero.placement_scope(1);
+      model = std::make_shared<nn::GPT>(tiny_gpt());
+    }
+    zero.wrap(*model);
+  }
+  auto [x, y] = global_batch(RunConfig{}, model->config.vocab_size, 0, 0);
+  Tensor loss = model->loss(x, y);
+  EXPECT_NO_THROW(loss.backward());
+  EXPECT_TRUE(std::isfinite(loss.item()));
 }
 
 }  // namespace zdl::dist::testing

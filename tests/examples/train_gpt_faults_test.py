@@ -1,4 +1,4 @@
-"""train_gpt under faults and bad input (GitHub issue #7), end to end.
+"""train_gpt under faults and bad input, end to end.
 
 Faults: a rank killed or stopped in the middle of a step (the job ends within the watchdog
 timeout, no rank hangs), a process killed while writing a checkpoint and a full disk during a

@@ -131,6 +131,30 @@ TEST(Module, HooksFireInOrderAndPostBackwardOncePerPass) {
   EXPECT_EQ(std::count(events.begin(), events.end(), "post_bwd fc1"), 1);
 }
 
+TEST(Module, RemovedHooksNoLongerFire) {
+  auto m = std::make_shared<TwoLayer>();
+  std::vector<std::string> events;
+  std::vector<HookHandle> handles;
+  handles.push_back(m->register_forward_pre_hook([&](Module&, const TensorList&) { events.push_back("pre"); }));
+  handles.push_back(
+      m->register_forward_post_hook([&](Module&, const TensorList&, const TensorList&) { events.push_back("post"); }));
+  handles.push_back(m->register_backward_pre_hook([&](Module&) { events.push_back("bwd_pre"); }));
+  handles.push_back(m->register_post_backward_hook([&](Module&) { events.push_back("post_bwd"); }));
+  HookHandle kept = m->register_forward_pre_hook([&](Module&, const TensorList&) { events.push_back("kept"); });
+  Tensor x = Tensor::randn({5, 8}, 1);
+  sum((*m)(x)).backward();
+  EXPECT_EQ(events, (std::vector<std::string>{"pre", "kept", "post", "bwd_pre", "post_bwd"}));
+  for (HookHandle& h : handles) {
+    h.remove();
+    h.remove();  // twice is harmless
+  }
+  events.clear();
+  sum((*m)(x)).backward();
+  EXPECT_EQ(events, std::vector<std::string>{"kept"});
+  m.reset();
+  kept.remove();  // the module is gone: a no-op
+}
+
 TEST(Module, PostBackwardWaitsForTiedWeightAndFiresForUnusedParameters) {
   GPTConfig cfg{.vocab_size = 13, .block_size = 8, .n_layer = 1, .n_head = 1, .n_embd = 4};
   auto gpt = std::make_shared<GPT>(cfg);

@@ -1,0 +1,25 @@
+// The events of one rank's step that the partition manager reports, for timelines and
+// memory-over-time pictures (the walkthrough): ZeroPartitioner::set_trace receives them.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace zdl::dist {
+
+enum class TraceKind : uint8_t {
+  ForwardBegin, ForwardEnd,    // a unit's forward (after its gather; after its params are freed)
+  BackwardBegin, BackwardEnd,  // a unit's backward (after its gather; when its grads are complete)
+  GatherIssue, GatherDone,     // an all-gather of a unit's parameters issued / waited for
+  ReduceBegin, ReduceEnd,      // a unit's gradient reduction (ReduceEnd after freeing buffers)
+  StepBegin, StepEnd,          // the optimizer step (StepEnd after the post-step all-gathers)
+};
+const char* trace_kind_name(TraceKind k);
+
+struct TraceEvent {
+  TraceKind kind;
+  std::string unit;       // "" for StepBegin / StepEnd
+  double t_us = 0;        // microseconds since the manager was created
+  int64_t mem_bytes = 0;  // this rank's memory ledger total on the unit's device at that moment
+};
+
+}  // namespace zdl::dist
