@@ -2,7 +2,7 @@
 # header-only cuDNN frontend are both found; otherwise attention runs on zerodl's own kernels
 # and the configure output says why. Included from CMakeLists.txt inside if(ZDL_CUDA).
 #   cuDNN: next to the toolkit, or under CUDNN_ROOT / CUDNN_PATH (pip's nvidia-cudnn-cu* wheels:
-#          bench/gpu_check.sh points them there).
+#          scripts/gpu_check.sh points them there).
 #   frontend: ZDL_CUDNN_FRONTEND_DIR (the folder holding cudnn_frontend.h); found by default in
 #          third_party/cudnn_frontend/include (scripts/setup.sh fetches it), $CUDNN_FRONTEND_INCLUDE_DIR
 #          or a prefix's include/ (the carried deps of scripts/device_deps.sh unpack to /opt/zdl-deps).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "autograd/grad_mode.h"
@@ -342,6 +343,100 @@ nn::GPTConfig gpt_config_from_json(const std::string& text, const std::string& w
     throw Error(what + ": " + e.what());
   }
   return c;
+}
+
+}  // namespace zdl::io
+
+// ---- consolidation ----
+
+namespace zdl::io {
+namespace {
+
+// The GPT config saved with the model, checked against the saved parameters.
+nn::GPTConfig consolidated_config(const SavedGpt& saved, const std::string& what) {
+  ZDL_CHECK(!saved.config_json.empty(), what,
+            ": the checkpoint has no GPT config in its metadata[\"config\"] (save it in the TrainState's metadata, "
+            "as train_gpt does) so n_head and the vocabulary size are known");
+  nn::GPTConfig cfg = gpt_config_from_json(saved.config_json, what + ": metadata[\"config\"]");
+  cfg.bias = std::any_of(saved.params.begin(), saved.params.end(), [](const auto& p) { return p.first == "ln_f.bias"; });
+  cfg.validate();
+  // Bounds before gpt2_layout(cfg) builds n_layer * 12 entries and multiplies n_embd by 4: a
+  // hostile config must not allocate without bound or overflow (every real model is far below).
+  constexpr int64_t kMaxDim = int64_t{1} << 40;
+  ZDL_CHECK(cfg.n_layer <= static_cast<int64_t>(saved.params.size()) && cfg.n_embd <= kMaxDim &&
+                cfg.padded_vocab() <= kMaxDim && cfg.block_size <= kMaxDim,
+            what, ": metadata[\"config\"] (n_layer=", cfg.n_layer, ", n_embd=", cfg.n_embd,
+            ", padded_vocab=", cfg.padded_vocab(), ", block_size=", cfg.block_size, ") does not fit the ",
+            saved.params.size(), " saved parameters");
+  return cfg;
+}
+
+// The parameter's shape in zdl for a GPT-2 file tensor (Linear is the transpose of Conv1D;
+// wte keeps its padding rows).
+Shape zdl_shape(const Gpt2Tensor& t, const nn::GPTConfig& cfg) {
+  if (t.conv1d) return {t.file_shape[1], t.file_shape[0]};
+  if (t.name == "wte.weight") return {cfg.padded_vocab(), cfg.n_embd};
+  return t.file_shape;
+}
+
+}  // namespace
+
+void write_gpt2_consolidated(const SavedGpt& saved, const std::string& out_path, const std::string& what) {
+  const nn::GPTConfig cfg = consolidated_config(saved, what);
+  std::map<std::string, Shape> by_name(saved.params.begin(), saved.params.end());
+
+  // The saved parameters must be exactly a GPT of that config.
+  const std::vector<Gpt2Tensor> gpt2 = gpt2_layout(cfg);
+  std::map<std::string, const Gpt2Tensor*> wanted;
+  std::string problems;
+  auto problem = [&](const std::string& p) { problems += (problems.empty() ? "" : "; ") + p; };
+  for (auto& t : gpt2) {
+    wanted[t.name] = &t;
+    auto it = by_name.find(t.name);
+    if (it == by_name.end()) {
+      if (!(t.bias && !cfg.bias)) problem("missing: " + t.name);
+      continue;
+    }
+    if (it->second != zdl_shape(t, cfg))
+      problem(t.name + " (config wants " + shape_str(zdl_shape(t, cfg)) + ", checkpoint has " +
+              shape_str(it->second) + ")");
+  }
+  for (auto& [name, shape] : saved.params)
+    if (!wanted.count(name)) problem("unexpected: " + name);
+  ZDL_CHECK(problems.empty(), what, ": the checkpoint is not the GPT its config describes (", "n_layer=", cfg.n_layer,
+            ", n_embd=", cfg.n_embd, ", vocab_size=", cfg.vocab_size, ", padded_vocab=", cfg.padded_vocab(),
+            ", block_size=", cfg.block_size, "): ", problems);
+
+  // Data order: the saved parameters in their order (for a ZeRO checkpoint, the order they were
+  // trained in), then the zero biases of a bias=false model. All f32, so every tensor is aligned.
+  std::vector<SafetensorsTensorSpec> specs;
+  std::vector<const Gpt2Tensor*> order;
+  for (auto& [name, shape] : saved.params) {
+    order.push_back(wanted.at(name));
+    specs.push_back({name, DType::F32, order.back()->file_shape});
+  }
+  for (auto& t : gpt2)
+    if (!by_name.count(t.name)) {
+      order.push_back(&t);
+      specs.push_back({t.name, DType::F32, t.file_shape});
+    }
+
+  Metadata meta = gpt2_metadata(cfg);
+  for (auto& [k, v] : saved.metadata) meta[k] = v;
+  SafetensorsStreamWriter w(out_path, specs, meta);
+  NoGradGuard ng;
+  for (const Gpt2Tensor* t : order) {
+    if (!by_name.count(t->name)) {
+      w.append(t->name, Tensor::zeros(t->file_shape, DType::F32));
+      continue;
+    }
+    // Only the rows the file keeps (wte: vocab_size of padded_vocab rows; they come first).
+    const Shape file_zdl = t->conv1d ? Shape{t->file_shape[1], t->file_shape[0]} : t->file_shape;
+    Tensor v = Tensor::empty(file_zdl, DType::F32);
+    saved.read(t->name, v);
+    w.append(t->name, t->conv1d ? transpose(v, 0, 1) : v);  // Linear (out, in) -> Conv1D (in, out)
+  }
+  w.commit();
 }
 
 }  // namespace zdl::io

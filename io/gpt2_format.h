@@ -103,6 +103,23 @@ void export_hf_dir(const nn::GPT& model, const std::string& dir, const Metadata&
 // bias may be absent) and validates the config; errors start with `what`.
 nn::GPTConfig gpt_config_from_json(const std::string& text, const std::string& what);
 
+// A trained GPT kept in another form (a sharded checkpoint), as GPT-2 consolidation reads it:
+// its parameters' names and zerodl shapes in the order they were saved, the GPT config JSON
+// saved with it (empty: none), metadata for the file, and a reader of a parameter's first
+// dst.numel() f32 values into dst (contiguous, f32).
+struct SavedGpt {
+  std::vector<std::pair<std::string, Shape>> params;
+  std::string config_json;
+  Metadata metadata;
+  std::function<void(const std::string& name, const Tensor& dst)> read;
+};
+
+// Writes `saved` as one GPT-2 safetensors file (Conv1D layout, wte's padding rows dropped, zero
+// biases for a bias=false model), streamed a parameter at a time, after checking that the
+// parameters are exactly the GPT its config describes (one error lists every difference).
+// Errors start with `what`.
+void write_gpt2_consolidated(const SavedGpt& saved, const std::string& out_path, const std::string& what);
+
 // Copies the file's weights into `model`. Checks every name and shape first and throws one
 // error listing all problems (missing, unexpected, mis-shaped), leaving the model unchanged.
 void load_gpt2(nn::GPT& model, const std::string& path);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs what a GPU host without development packages lacks for the zerodl CUDA build and
-# tests into ONE archive, .device/zdl-deps.tar.xz (git-ignored), for bench/gpu_check.sh to
+# tests into ONE archive, .device/zdl-deps.tar.xz (git-ignored), for scripts/gpu_check.sh to
 # unpack there. Run on a development machine (Debian 12, after scripts/setup.sh); copy
 # `.device` next to the sources on the GPU host.
 #
@@ -52,7 +52,7 @@ pkgver() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo "?"; }
 manifest="$stage/MANIFEST.txt"
 {
   echo "zdl-deps: built $(date -u +%FT%TZ) on $(. /etc/os-release; echo "$PRETTY_NAME") ($(ldd --version | head -1 | awk '{print $NF}') glibc) by scripts/device_deps.sh"
-  echo "unpacked and used by bench/gpu_check.sh; relocatable (any prefix)"
+  echo "unpacked and used by scripts/gpu_check.sh; relocatable (any prefix)"
 } >"$manifest"
 note() { printf '%-28s %s\n' "$1" "$2" >>"$manifest"; }
 
@@ -169,4 +169,4 @@ else
   echo "$stamp" >"$out_dir/zdl-deps.stamp"
 fi
 cat "$manifest"
-echo "device_deps: $archive: $(du -h "$archive" | cut -f1) ($(stat -c %s "$archive") bytes); carry .device and run: bash bench/gpu_check.sh"
+echo "device_deps: $archive: $(du -h "$archive" | cut -f1) ($(stat -c %s "$archive") bytes); carry .device and run: bash scripts/gpu_check.sh"

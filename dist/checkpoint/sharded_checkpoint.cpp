@@ -318,36 +318,7 @@ class RankFiles {
   std::vector<std::unique_ptr<io::SafetensorsReader>> open_;
 };
 
-// ---- GPT-2 consolidation ----
-
-// The GPT config stored with the checkpoint (train_gpt's config JSON), checked against the
-// saved parameter shapes.
-nn::GPTConfig gpt_config_of(const Layout& L, const std::string& dir) {
-  auto it = L.state.metadata.find("config");
-  ZDL_CHECK(it != L.state.metadata.end(), "consolidate_sharded('", dir,
-            "'): the checkpoint has no GPT config in its metadata[\"config\"] (save it in the TrainState's metadata, "
-            "as train_gpt does) so n_head and the vocabulary size are known");
-  nn::GPTConfig cfg = io::gpt_config_from_json(it->second, "consolidate_sharded('" + dir + "'): metadata[\"config\"]");
-  cfg.bias = std::any_of(L.params.begin(), L.params.end(), [](const LayoutParam& p) { return p.name == "ln_f.bias"; });
-  cfg.validate();
-  // Bounds before gpt2_layout(cfg) builds n_layer * 12 entries and multiplies n_embd by 4: a
-  // hostile config must not allocate without bound or overflow (every real model is far below).
-  constexpr int64_t kMaxDim = int64_t{1} << 40;
-  ZDL_CHECK(cfg.n_layer <= static_cast<int64_t>(L.params.size()) && cfg.n_embd <= kMaxDim &&
-                cfg.padded_vocab() <= kMaxDim && cfg.block_size <= kMaxDim,
-            "consolidate_sharded('", dir, "'): metadata[\"config\"] (n_layer=", cfg.n_layer, ", n_embd=", cfg.n_embd,
-            ", padded_vocab=", cfg.padded_vocab(), ", block_size=", cfg.block_size, ") does not fit the ",
-            L.params.size(), " saved parameters");
-  return cfg;
-}
-
-// The parameter's shape in zdl for a GPT-2 file tensor (Linear is the transpose of Conv1D;
-// wte keeps its padding rows).
-Shape zdl_shape(const io::Gpt2Tensor& t, const nn::GPTConfig& cfg) {
-  if (t.conv1d) return {t.file_shape[1], t.file_shape[0]};
-  if (t.name == "wte.weight") return {cfg.padded_vocab(), cfg.n_embd};
-  return t.file_shape;
-}
+// ---- GPT-2 consolidation (the format's side: io::write_gpt2_consolidated) ----
 
 // The output must not land inside the checkpoint it is read from (or its staging and backup
 // siblings): writing over a shard or layout.json would destroy the input while reading it.
@@ -369,68 +340,17 @@ void consolidate_impl(const std::string& dir, const std::string& out_path) {
   check_output_outside(dir, out_path);
   Layout L = read_layout(dir);
   index_pieces(L);
-  const nn::GPTConfig cfg = gpt_config_of(L, dir);
-  std::map<std::string, const LayoutParam*> by_name;
-  for (auto& p : L.params) by_name[p.name] = &p;
-
-  // The checkpoint must be exactly a GPT of that config.
-  const std::vector<io::Gpt2Tensor> gpt2 = io::gpt2_layout(cfg);
-  std::map<std::string, const io::Gpt2Tensor*> wanted;
-  std::string problems;
-  auto problem = [&](const std::string& p) { problems += (problems.empty() ? "" : "; ") + p; };
-  for (auto& t : gpt2) {
-    wanted[t.name] = &t;
-    auto it = by_name.find(t.name);
-    if (it == by_name.end()) {
-      if (!(t.bias && !cfg.bias)) problem("missing: " + t.name);
-      continue;
-    }
-    if (it->second->shape != zdl_shape(t, cfg))
-      problem(t.name + " (config wants " + shape_str(zdl_shape(t, cfg)) + ", checkpoint has " +
-              shape_str(it->second->shape) + ")");
-  }
-  for (auto& p : L.params)
-    if (!wanted.count(p.name)) problem("unexpected: " + p.name);
-  ZDL_CHECK(problems.empty(), "consolidate_sharded('", dir, "'): the checkpoint is not the GPT its config describes (",
-            "n_layer=", cfg.n_layer, ", n_embd=", cfg.n_embd, ", vocab_size=", cfg.vocab_size, ", padded_vocab=",
-            cfg.padded_vocab(), ", block_size=", cfg.block_size, "): ", problems);
-
-  // Data order: the saved parameters unit by unit (the order they were trained in), then the
-  // zero biases of a bias=false model. All f32, so every tensor is aligned.
-  std::vector<io::SafetensorsTensorSpec> specs;
-  std::vector<const io::Gpt2Tensor*> order;
-  for (auto& p : L.params) {
-    order.push_back(wanted.at(p.name));
-    specs.push_back({p.name, DType::F32, order.back()->file_shape});
-  }
-  for (auto& t : gpt2)
-    if (!by_name.count(t.name)) {
-      order.push_back(&t);
-      specs.push_back({t.name, DType::F32, t.file_shape});
-    }
-
   RankFiles files(L);
   for (size_t fi = 0; fi < L.files.size(); ++fi) files.get(fi);  // every file checked before writing
-
-  io::Metadata meta = io::gpt2_metadata(cfg);
-  meta["source"] = kFormat;
-  meta["step"] = std::to_string(L.state.step);
-  io::SafetensorsStreamWriter w(out_path, specs, meta);
-  NoGradGuard ng;
-  for (const io::Gpt2Tensor* t : order) {
-    if (!by_name.count(t->name)) {
-      w.append(t->name, Tensor::zeros(t->file_shape, DType::F32));
-      continue;
-    }
-    // Only the rows the file keeps (wte: vocab_size of padded_vocab rows; they come first).
-    const Shape file_zdl = t->conv1d ? Shape{t->file_shape[1], t->file_shape[0]} : t->file_shape;
-    const int64_t n = numel_of(file_zdl);
-    Tensor flat = Tensor::empty({n}, DType::F32);
-    files.read(t->name, /*state=master*/ 0, 0, n, flat);
-    Tensor v = Tensor::from_storage(flat.storage(), file_zdl, contiguous_strides(file_zdl), 0, DType::F32);
-    w.append(t->name, t->conv1d ? transpose(v, 0, 1) : v);  // Linear (out, in) -> Conv1D (in, out)
-  }
-  w.commit();
+  io::SavedGpt saved;
+  for (auto& p : L.params) saved.params.emplace_back(p.name, p.shape);
+  auto it = L.state.metadata.find("config");
+  if (it != L.state.metadata.end()) saved.config_json = it->second;
+  saved.metadata = {{"source", kFormat}, {"step", std::to_string(L.state.step)}};
+  saved.read = [&](const std::string& name, const Tensor& dst) {
+    files.read(name, /*state=master*/ 0, 0, dst.numel(), flat_range(dst, 0, dst.numel()));
+  };
+  io::write_gpt2_consolidated(saved, out_path, "consolidate_sharded('" + dir + "')");
 }
 
 // ---- save / load ----

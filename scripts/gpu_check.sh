@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks zerodl on a GPU host in one command (docs/cuda.md, "Checking a GPU host that has no
 # development packages"): with `.device` next to the sources (made by scripts/device_deps.sh),
-#     bash bench/gpu_check.sh
+#     bash scripts/gpu_check.sh
 # unpacks the dependencies, builds zerodl with CUDA (build-gpu/, sm_90, g++ host), prints the
 # GPU and tool versions, runs the GPU-facing tests, the MPI tests under the carried mpirun,
 # compute-sanitizer memcheck on test_cuda, a CUDA training smoke run and the GPU benchmarks
@@ -415,7 +415,7 @@ train_stage() {
 bench_stage() {
   local scripts=() f
   for f in bench/gpu/*.sh bench/run_gpu*.sh bench/*_gpu.sh bench/*_cuda.sh; do
-    [ -f "$f" ] && [ "$f" != bench/gpu_check.sh ] && scripts+=("$f")
+    [ -f "$f" ] && scripts+=("$f")
   done
   ((${#scripts[@]})) || { NOTE="no GPU benchmarks (bench/gpu/*.sh, bench/run_gpu*.sh)"; return 3; }
   ((NGPU > 0 || ${ZDL_GPU_FORCE:-0})) || { NOTE="no GPU: ${#scripts[@]} benchmark(s) not run"; return 3; }
