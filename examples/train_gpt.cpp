@@ -35,7 +35,7 @@
 #include "dist/trainer.h"
 #include "dist/zero.h"
 #include "dist/zero_optimizer.h"
-#include "examples/program_main.h"
+#include "io/program_main.h"
 #include "io/checkpoint_dir.h"
 #include "io/gpt2_format.h"
 #include "io/metrics_log.h"
@@ -101,7 +101,7 @@ struct Args {
   std::string tokenizer;   // BPE files of the shards' tokens: --prompt and --sample on them
 };
 
-using examples::UsageError;
+using io::UsageError;
 
 // "step 7: loss nan, non-finite gradients in h.1 (on 1 of 2 ranks), <root> (on 2 of 2 ranks)".
 std::string nonfinite_report(const dist::StepResult& r, int64_t step, int world) {
@@ -333,12 +333,12 @@ nn::GPTConfig model_config(Args& a, const CLI::App& app, std::optional<io::Train
 // Every flag and file checked before anything trains (errors are the user's input: exit 2).
 // Every rank checks its own input (a path, a file, a checkpoint may differ between hosts) and
 // the ranks agree on the outcome: a problem on one rank ends every rank at once with that
-// rank's message ([Note: ranks that disagree] in examples/program_main.h), not a hang in the
+// rank's message ([Note: ranks that disagree] in io/program_flags.h), not a hang in the
 // first collective the failed rank never joins.
 Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device dev) {
   auto given = [&](const char* flag) { return app.count(flag) > 0; };
   Setup s;
-  examples::agree_on_usage(comm, [&] {
+  io::agree_on_usage(comm, [&] {
     // Every rank makes the default corpus itself (atomic write): no shared file system needed.
     s.data_path = a.data.empty() ? data::default_corpus_file() : a.data;
     if (!data::is_glob_pattern(s.data_path) && !std::filesystem::exists(s.data_path))
@@ -538,7 +538,7 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     // Each rank reads its own copy of the file (paths may differ between hosts): agreed, so a
     // bad copy on one rank ends every rank with its message. Running out of memory is no input
     // error: it takes the failure path (exit 1).
-    examples::agree_on_usage(comm, [&] {
+    io::agree_on_usage(comm, [&] {
       try {
         dist::GatheredParameters g(zero, /*modify=*/true);
         io::load_gpt2(*model, a.init_from);
@@ -567,7 +567,7 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   // ---- a checkpoint's states: weights and Adam moments; the step fixes data and dropout ----
   int64_t first_step = 0;
   if (s.resumed) {
-    examples::agree_on_usage(comm, [&] {  // each rank's copy of the checkpoint: agreed
+    io::agree_on_usage(comm, [&] {  // each rank's copy of the checkpoint: agreed
       if (!a.eval_only) check_data_unchanged(*s.resumed, ds.files(), file_fps);
     });
     try {  // collective, and agreed: a bad checkpoint on any rank fails every rank with its message
@@ -579,7 +579,7 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     }
     first_step = s.resumed->step;
     ds.set_position(first_step);
-    examples::agree_on_usage(comm, [&] {
+    io::agree_on_usage(comm, [&] {
       if (!a.eval_only && a.stop_after > 0 && a.stop_after <= first_step)
         throw UsageError(detail::str("--stop-after ", a.stop_after, " is not after the checkpoint's step ", first_step,
                                      ": nothing would be trained"));
@@ -629,9 +629,9 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     } else {
       std::string what = nonfinite_report(r, step, comm.size());
       if (a.on_nan == "stop")
-        throw examples::CollectiveStop(what + "; stopping (--on-nan stop; checkpoints already written are intact)");
+        throw io::CollectiveStop(what + "; stopping (--on-nan stop; checkpoints already written are intact)");
       if (++nan_streak >= a.nan_skip_limit)
-        throw examples::CollectiveStop(detail::str(what, "; ", nan_streak, " steps in a row were non-finite (--nan-skip-limit ",
+        throw io::CollectiveStop(detail::str(what, "; ", nan_streak, " steps in a row were non-finite (--nan-skip-limit ",
                                                    a.nan_skip_limit, "); stopping"));
       progress.message(what + "; step skipped (--on-nan skip)");
     }
@@ -809,7 +809,7 @@ int main(int argc, char** argv) {
     // dist::init makes GPU (local rank % device count) current before anything touches a GPU.
     return {.device = Device::cuda(), .backend = a.dist_backend};
   };
-  return examples::run_program(
+  return io::run_program(
       "train_gpt", app, argc, argv,
       [&](dist::Communicator& comm) {
         if (a.collective_timeout > 0)

@@ -53,7 +53,7 @@
 #include "dist/trainer.h"
 #include "dist/zero.h"
 #include "dist/zero_optimizer.h"
-#include "examples/program_main.h"
+#include "io/program_main.h"
 #include "nn/activation_checkpoint.h"
 #include "nn/gpt.h"
 
@@ -85,7 +85,7 @@ struct Args {
   std::string out = "walkthrough_out";
 };
 
-using examples::UsageError;
+using io::UsageError;
 
 const ZeroStage kStages[] = {ZeroStage::DDP, ZeroStage::One, ZeroStage::Two, ZeroStage::Three};
 
@@ -914,7 +914,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--loss-tol", a.loss_tol, "relative loss difference allowed between stages (default 0: identical)");
   app.add_option("--out", a.out, "directory for the CSVs (default walkthrough_out)");
-  return examples::run_program(
+  return io::run_program(
       "zero_walkthrough", app, argc, argv, [&](dist::Communicator& comm) { return run(a, comm); }, {},
       /*path_flags=*/{"--out"});
 }
