@@ -1,6 +1,7 @@
 // The ZeRO paper's closed forms, evaluated for this implementation: model-state bytes per rank
-// and bytes on the wire per step, by stage. The walkthrough prints them next to what the
-// ledgers measured; the tests assert the ledgers equal them. One definition for both.
+// (after a step and at the step's peak), bytes on the wire per step, by stage, and the
+// activations a block keeps. The walkthrough prints them next to what the ledgers measured; the
+// tests assert the ledgers equal them. One definition for both.
 //
 // P is the padded parameter count (each unit padded to a multiple of N; the padding, < N per
 // unit, is the only difference from the paper's Psi). s = bytes per compute element (4 f32,
@@ -18,16 +19,79 @@
 
 namespace zdl::dist {
 
+// The model states: parameters and gradients (s bytes per element each) and
+// optimizer states (k bytes per element).
+enum class ModelState { Parameters, Gradients, OptimizerStates };
+inline constexpr ModelState kModelStates[] = {ModelState::Parameters, ModelState::Gradients,
+                                              ModelState::OptimizerStates};
+
 struct ElementBytes {
   int64_t s, k;
   static ElementBytes of(DType compute) { return compute == DType::BF16 ? ElementBytes{2, 12} : ElementBytes{4, 8}; }
+  int64_t of_state(ModelState m) const { return m == ModelState::OptimizerStates ? k : s; }
 };
 
-// Model-state bytes on one rank after a step, per memory-ledger category:
-//   DDP: params sP, grads sP, optimizer kP        ZeRO-1: optimizer kP/N
-//   ZeRO-2: + gradients sP/N (a shard)            ZeRO-3: + parameters sP/N (a shard)
-// Categories not listed hold 0 bytes.
+// Whether `stage` keeps only this rank's 1/N of a state: optimizer states from ZeRO-1,
+// gradients from ZeRO-2, parameters under ZeRO-3 (dist::StagePolicy).
+bool is_sharded(ZeroStage stage, ModelState m);
+
+// Bytes of one model state on one rank after a step, for n elements:
+//   DDP: params sn, grads sn, optimizer kn        ZeRO-1: optimizer kn/N
+//   ZeRO-2: + gradients sn/N (a shard)            ZeRO-3: + parameters sn/N (a shard)
+// At the padded count P (a multiple of N), in integers, this is what the ledger must measure; at
+// the unpadded Psi, in double, it is the value without padding (a fraction where N does not divide).
+template <class T>
+T model_state_bytes(ZeroStage stage, ModelState m, T n, int64_t N, ElementBytes e) {
+  return static_cast<T>(e.of_state(m)) * n / static_cast<T>(is_sharded(stage, m) ? N : 1);
+}
+
+// The three states together (parameters, gradients, optimizer states, summed in that order).
+template <class T>
+T model_states_bytes(ZeroStage stage, T n, int64_t N, ElementBytes e) {
+  T sum = 0;
+  for (ModelState m : kModelStates) sum += model_state_bytes(stage, m, n, N, e);
+  return sum;
+}
+
+// The formulas as the tables print them: "4Psi/N" for one state, "4Psi+(4+8)Psi/N" for all three.
+std::string model_state_formula(ZeroStage stage, ModelState m, ElementBytes e);
+std::string model_states_formula(ZeroStage stage, ElementBytes e);
+
+// How many times less model-state memory per rank `stage` needs than DDP: ZeRO-1 (2s+k)/(2s+k/N),
+// ZeRO-2 (2s+k)/(s+(s+k)/N), ZeRO-3 N.
+double memory_reduction(ZeroStage stage, int64_t N, ElementBytes e);
+
+// Model-state bytes per rank after a step, per memory-ledger category (a sharded state under its
+// shard category); categories not listed hold 0 bytes.
 std::map<MemoryCategory, int64_t> state_bytes_closed_form(ZeroStage stage, int64_t P, int64_t N, ElementBytes e);
+
+// A model's units as the partitioner padded them (elements, each a multiple of N), in forward
+// order: what the peaks of a step depend on.
+struct PaddedUnits {
+  int64_t root = 0;             // the root unit: embeddings, final norm
+  std::vector<int64_t> blocks;  // the blocks'
+  int64_t total() const;        // P
+  int64_t largest() const;
+};
+
+// The highest bytes of each model-state category and of the communication buffers during a step
+// under this implementation's schedule (not the paper's: it counts states after a step). ZeRO-3
+// holds the root unit gathered for all of forward and of backward, plus the unit at work and the
+// `prefetch` units gathered ahead of it; ZeRO-2/3 hold the root's full gradients for the whole
+// backward plus two adjacent blocks' (the one computing and the one whose reduce-scatter is in
+// flight, docs/zero.md); the reduce-scatter output is one unit's shard. Activations have no
+// closed form here: they are measured only.
+struct StepPeaks {
+  int64_t parameters, gradients, optimizer_states, comm;
+};
+StepPeaks step_peaks_closed_form(ZeroStage stage, const PaddedUnits& units, int64_t N, int prefetch, ElementBytes e);
+
+// s P (N-1)/N: what one rank sends on a ring to all-gather or reduce-scatter the whole model once.
+int64_t model_volume_wire_bytes(int64_t P, int64_t N, ElementBytes e);
+
+// The communication volume of a step, in model volumes (Psi): 2 for DDP's all-reduce and
+// ZeRO-1/2's reduce-scatter + all-gather, 3 for ZeRO-3 (the parameters gathered again in backward).
+int64_t model_volumes_per_step(ZeroStage stage);
 
 // One collective of a step, per (kind, phase): `calls` (one per unit), payload and wire bytes.
 struct ExpectedTraffic {
@@ -56,5 +120,10 @@ struct BlockActivations {
   int64_t checkpointed;  // the same block under activation checkpointing (its input)
 };
 BlockActivations block_activation_bytes(int64_t batch, int64_t seq, int64_t n_embd, int64_t n_head, int64_t s);
+
+// What checkpointing every one of n_layer blocks saves of the activations the forward keeps:
+// n_layer (kept - checkpointed), per rank for its `batch` rows.
+int64_t checkpointing_saved_bytes(int64_t n_layer, int64_t batch, int64_t seq, int64_t n_embd, int64_t n_head, int64_t s);
+inline constexpr const char* kCheckpointingSavedFormula = "L (16 C + NH + 4) (B/N) T s";
 
 }  // namespace zdl::dist

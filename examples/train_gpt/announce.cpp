@@ -1,0 +1,70 @@
+#include "examples/train_gpt/announce.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/memory.h"
+#include "io/gpt2_format.h"
+
+namespace zdl::train_gpt {
+
+using json = nlohmann::json;
+
+namespace {
+
+// The console's lines, rank 0 alone.
+void print_run(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
+  const Args& a = x.a;
+  const Setup& s = x.s;
+  auto say = [&](const std::string& m) {
+    if (x.lead()) std::printf("%s\n", m.c_str());
+  };
+  say(detail::str("zerodl train_gpt: ", x.model.extra_repr()));
+  if (x.dev.is_cuda())
+    say(detail::str("device ", x.dev.str(), " on rank 0 (", gpu.name, ", ", format_bytes(gpu.total_bytes), ", peak bf16 ",
+                    gpu.peak_bf16_tflops > 0 ? detail::str(gpu.peak_bf16_tflops, " TFLOP/s") : std::string("unknown: no MFU"),
+                    ") | rank r on GPU local_rank % ", cuda_device_count(), " | collectives ",
+                    x.comm.backend() == "nccl" ? "NCCL" : x.comm.size() > 1 ? "MPI, staged through host memory" : "local"));
+  say(detail::str("params ", x.model.num_parameters(), " | ranks ", x.comm.size(), " (", x.comm.backend(), ") | ",
+                  dist::stage_name(x.zero.stage()), " | ", dtype_name(s.dtype), " | data ", s.data_path, " (",
+                  s.ds->num_tokens(), " tokens, ", data::format_name(s.ds->files().format()),
+                  s.ds->files().files().size() > 1 ? detail::str(", ", s.ds->files().files().size(), " files") : "",
+                  ") | batch ", a.batch, " x ", a.seq, " x accum ", a.grad_accum,
+                  " | steps ", a.steps));
+  if (s.tok) say(detail::str("tokenizer ", s.tok->source(), " (", s.tok->vocab_size(), " tokens)"));
+  if (s.resumed) say(detail::str("resumed from ", a.resume, " at step ", first_step));
+}
+
+}  // namespace
+
+void announce(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
+  print_run(x, gpu, first_step);
+  const Args& a = x.a;
+  const Setup& s = x.s;
+  s.metrics->write({{"type", "config"},
+                    {"params", x.model.num_parameters()},
+                    {"params_padded", x.zero.num_padded()},
+                    {"model", json::parse(io::gpt_config_to_json(s.cfg))},
+                    {"data", s.data_path},
+                    {"data_format", data::format_name(s.ds->files().format())},
+                    {"data_files", s.ds->files().files().size()},
+                    {"world_size", x.comm.size()},
+                    {"rank", x.comm.rank()},
+                    {"zero_stage", a.zero_stage},
+                    {"dtype", dtype_name(s.dtype)},
+                    {"device", x.dev.str()},
+                    {"gpu", x.dev.is_cuda() ? gpu.name : ""},
+                    {"peak_tflops", gpu.peak_bf16_tflops},
+                    {"backend", x.comm.backend()},
+                    {"steps", a.steps},
+                    {"batch", a.batch},
+                    {"seq", a.seq},
+                    {"grad_accum", a.grad_accum},
+                    {"lr", a.lr},
+                    {"warmup", a.warmup},
+                    {"seed", a.seed},
+                    {"start_step", first_step}});
+}
+
+}  // namespace zdl::train_gpt

@@ -1,0 +1,183 @@
+#include "examples/train_gpt/configure.h"
+
+#include <filesystem>
+
+#include "data/byte_tokenizer.h"
+#include "data/data_record.h"
+#include "data/default_corpus.h"
+#include "examples/train_gpt/model_config.h"
+#include "io/checkpoint_dir.h"
+#include "io/gpt2_format.h"
+#include "io/program_main.h"
+#include "nn/gpt_memory.h"
+
+namespace zdl::train_gpt {
+
+using io::UsageError;
+
+namespace {
+
+// Every rank makes the default corpus itself (atomic write): no shared file system needed.
+data::TokenFiles open_data(const Args& a, Setup& s) {
+  s.data_path = a.data.empty() ? data::default_corpus_file() : a.data;
+  if (!data::is_glob_pattern(s.data_path) && !std::filesystem::exists(s.data_path))
+    throw UsageError("--data: no file '" + s.data_path + "'");
+  std::optional<data::TokenFiles> files;
+  try {
+    files.emplace(s.data_path);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--data: ") + e.what());
+  }
+  if (!a.tokenizer.empty()) {
+    if (files->format() != data::TokenFormat::Llmc)
+      throw UsageError("--tokenizer: the data are text, whose bytes are the tokens; encode the text into token "
+                       "shards with prepare_tokens and train on those (--data 'PREFIX_train_*.bin')");
+    try {
+      s.tok.emplace(data::BpeTokenizer::load(a.tokenizer));
+    } catch (const Error& e) {
+      throw UsageError(std::string("--tokenizer: ") + e.what());
+    }
+  }
+  return std::move(*files);
+}
+
+// Sampling encodes the prompt and decodes the sample: as bytes on text, with --tokenizer on shards.
+void check_sampling(const Args& a, const CLI::App& app, const Setup& s, bool gpt2_tokens) {
+  const char* sampling = a.sample > 0 ? "--sample" : given(app, "--prompt") ? "--prompt" : nullptr;
+  if (sampling && gpt2_tokens && !s.tok)
+    throw UsageError(detail::str(sampling, ": the data are token ids (llm.c shards); give the tokenizer that made "
+                                 "them with --tokenizer (GPT-2's encoder.json + vocab.bpe, or a .tiktoken file) to "
+                                 "encode the prompt and decode the sample, or drop ", sampling));
+  if (sampling && !gpt2_tokens && s.cfg.vocab_size != data::ByteTokenizer::kVocabSize)
+    throw UsageError(detail::str(sampling, " on text works in bytes: it needs the byte vocabulary 256, not ",
+                                 s.cfg.vocab_size, " (--vocab-size larger than 256 is for measuring speed; a BPE "
+                                 "vocabulary needs token shards from prepare_tokens and --tokenizer)"));
+  if (sampling && s.tok && !s.tok->eot_id() && (!given(app, "--prompt") || a.prompt.empty()))
+    throw UsageError(detail::str(sampling, ": the tokenizer has no <|endoftext|> to start a sample from; give a "
+                                 "--prompt"));
+  if (sampling && !s.tok && given(app, "--prompt") && a.prompt.empty())
+    throw UsageError(detail::str(sampling, ": --prompt is empty; on bytes a sample starts from at least one (leave "
+                                 "--prompt out to start from a newline)"));
+}
+
+// A model whose states alone cannot fit in this machine's memory (or its GPU's) cannot work:
+// said at startup, not by a failed allocation (or the OOM killer) part way through building it.
+void check_model_fits_in_memory(const nn::GPTConfig& c, const Args& a, int world, Device dev) {
+  const nn::TrainingMemoryFloor need = nn::training_memory_floor(c, a.batch, a.seq, world);
+  const double have = static_cast<double>(device_info(dev).total_bytes);
+  constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+  if (have > 0 && need.total() > have)
+    throw UsageError(detail::str("the model (n_layer ", c.n_layer, ", n_embd ", c.n_embd, ", context ", c.block_size, ": ",
+                                 need.parameters, " parameters) with --batch ", a.batch, " x --seq ", a.seq,
+                                 " needs at least ", need.total() / GiB, " GiB per rank (states ", need.states / GiB,
+                                 " GiB over ", world, " rank(s), logits ", need.logits / GiB, " GiB), more than ",
+                                 dev.is_cuda() ? "this GPU's " : "this machine's ", have / GiB,
+                                 " GiB; choose a smaller model or batch, or more ranks"));
+}
+
+// The model's config and the flags that depend on it, in the order the user meets them.
+void check_model(Args& a, const CLI::App& app, Setup& s, const data::TokenFiles& files, int world, Device dev) {
+  const bool gpt2_tokens = files.format() == data::TokenFormat::Llmc;
+  s.cfg = model_config(a, app, s.resumed, files.format(), s.tok ? s.tok->vocab_size() : 0);
+  try {
+    s.cfg.validate();
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  if (a.seq > s.cfg.block_size)
+    throw UsageError(detail::str("--seq ", a.seq, " exceeds the model's context length ", s.cfg.block_size,
+                                 s.resumed ? " (the checkpoint's model)" : !a.init_from.empty() ? " (the --init-from file's)" : ""));
+  if (given(app, "--prefetch") && a.zero_stage != 3)
+    throw UsageError(detail::str("--prefetch applies to --zero-stage 3 only (got --zero-stage ", a.zero_stage, ")"));
+  if (given(app, "--peak-tflops") && !dev.is_cuda())
+    throw UsageError("--peak-tflops applies to --device cuda only (MFU is reported for GPUs)");
+  if (s.tok && s.tok->vocab_size() > s.cfg.vocab_size)
+    throw UsageError(detail::str("--tokenizer: its vocabulary (", s.tok->vocab_size(), " tokens) is larger than the "
+                                 "model's (", s.cfg.vocab_size, s.resumed ? ", the checkpoint's" : "",
+                                 "): it is not the tokenizer of this model"));
+  check_sampling(a, app, s, gpt2_tokens);
+  check_model_fits_in_memory(s.cfg, a, world, dev);
+  if (!gpt2_tokens && s.cfg.vocab_size < data::ByteTokenizer::kVocabSize)
+    throw UsageError(detail::str("the model's vocabulary (", s.cfg.vocab_size, ") is smaller than the byte tokenizer's 256"));
+  if (a.batch % world != 0)
+    throw UsageError(detail::str("--batch ", a.batch, " must be divisible by the number of ranks ", world,
+                                 " (each rank takes batch/N rows of the global batch)"));
+  try {
+    s.dtype = dtype_from_name(a.dtype);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--dtype: ") + e.what());
+  }
+  if (s.dtype != DType::F32 && s.dtype != DType::BF16) throw UsageError("--dtype must be f32 or bf16, got " + a.dtype);
+}
+
+// The dataset over this rank's rows; a resumed run's data must have the checkpoint's sizes.
+void open_dataset(const Args& a, Setup& s, data::TokenFiles files, const dist::Communicator& comm) {
+  if (s.resumed && !a.eval_only) {
+    try {
+      data::check_sizes_match_record(s.resumed->metadata, files, "--data '" + files.source() + "'");
+    } catch (const Error& e) {
+      throw UsageError(std::string("--resume: ") + e.what());
+    }
+  }
+  try {  // checks every token id against the model's vocabulary (naming the file, the position, the id)
+    s.ds = std::make_unique<data::TokenDataset>(
+        std::move(files), data::TokenDatasetOptions{.batch_size = a.batch, .seq_len = a.seq,
+                                                    .val_fraction = a.eval_only ? 0.0 : a.val_fraction,
+                                                    .seed = a.seed, .rank = comm.rank(), .world_size = comm.size(),
+                                                    .vocab_size = s.cfg.vocab_size});
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
+// Checked before any training (not when the first save comes, hours later): only rank 0
+// probes --save, only some ranks open a metrics file.
+void open_outputs(const Args& a, Setup& s, const dist::Communicator& comm) {
+  try {
+    if (comm.rank() == 0 && !a.save.empty()) io::check_checkpoint_destination(a.save, "layout.json");
+  } catch (const Error& e) {
+    throw UsageError(std::string("--save: ") + e.what());
+  }
+  if (!a.export_hf.empty() && a.eval_only)
+    throw UsageError("--export-hf writes the model after training, and --eval-only trains nothing; to export a "
+                     "checkpoint, run consolidate_checkpoint CHECKPOINT_DIR OUT_DIR");
+  try {
+    if (comm.rank() == 0 && !a.export_hf.empty()) io::check_hf_dir_destination(a.export_hf);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--export-hf: ") + e.what());
+  }
+  try {
+    s.metrics = std::make_unique<io::MetricsLog>(a.metrics, comm.rank(), a.metrics_all_ranks);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--metrics: ") + e.what());
+  }
+}
+
+}  // namespace
+
+Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device dev) {
+  Setup s;
+  io::agree_on_usage(comm, [&] {
+    data::TokenFiles files = open_data(a, s);
+    check_model(a, app, s, files, comm.size(), dev);
+    open_dataset(a, s, std::move(files), comm);
+    open_outputs(a, s, comm);
+  });
+  return s;
+}
+
+void check_same_data_on_every_rank(const data::DataFingerprint& fp, int64_t num_files, dist::Communicator& comm) {
+  const auto sizes = comm.all_gather_i64(fp.size);
+  const auto sums = comm.all_gather_i64(static_cast<int64_t>(fp.fnv1a));
+  const auto counts = comm.all_gather_i64(num_files);
+  auto read = [&](size_t r) {
+    return detail::str(sizes[r], " bytes (", counts[r], counts[r] == 1 ? " file" : " files", ", fnv1a ",
+                       io::hex64(static_cast<uint64_t>(sums[r])), ")");
+  };
+  for (size_t r = 1; r < sizes.size(); ++r)
+    if (sizes[r] != sizes[0] || sums[r] != sums[0] || counts[r] != counts[0])
+      throw UsageError(detail::str("ranks disagree on the data: rank 0 read ", read(0), ", rank ", r, " read ", read(r),
+                                   " from --data; every rank must train on the same files"));
+}
+
+}  // namespace zdl::train_gpt

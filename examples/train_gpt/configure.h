@@ -1,0 +1,43 @@
+// Every flag and file of a train_gpt run checked before anything trains (errors are the user's
+// input: io::UsageError, exit 2). Every rank checks its own input (a path, a file, a checkpoint
+// may differ between hosts) and the ranks agree on the outcome: a problem on one rank ends every
+// rank at once with that rank's message ([Note: ranks that disagree] in io/program_flags.h), not
+// a hang in the first collective the failed rank never joins.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/device.h"
+#include "data/bpe_tokenizer.h"
+#include "data/data_fingerprint.h"
+#include "data/token_dataset.h"
+#include "dist/comm/communicator.h"
+#include "examples/train_gpt/args.h"
+#include "io/checkpoint.h"
+#include "io/metrics_log.h"
+#include "nn/gpt.h"
+
+namespace zdl::train_gpt {
+
+// What the flags and files make of a run: the model, the data, the checkpoint it resumes.
+struct Setup {
+  std::optional<io::TrainState> resumed;
+  nn::GPTConfig cfg;
+  DType dtype = DType::F32;
+  std::string data_path;  // --data: a file or a pattern
+  std::unique_ptr<data::TokenDataset> ds;
+  std::unique_ptr<io::MetricsLog> metrics;
+  std::optional<data::BpeTokenizer> tok;  // --tokenizer
+};
+
+// Collective (the ranks agree on the outcome). May change `a`: a resumed run's seed, the weights
+// file of an --init-from directory.
+Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device dev);
+
+// Every rank must read the same data: the same files' bytes, wherever its copies live. Collective.
+void check_same_data_on_every_rank(const data::DataFingerprint& fp, int64_t num_files, dist::Communicator& comm);
+
+}  // namespace zdl::train_gpt

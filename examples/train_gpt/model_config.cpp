@@ -1,0 +1,113 @@
+#include "examples/train_gpt/model_config.h"
+
+#include <filesystem>
+#include <string>
+
+#include "data/byte_tokenizer.h"
+#include "data/llmc_shard.h"
+#include "dist/checkpoint/sharded_checkpoint.h"
+#include "io/gpt2_format.h"
+#include "io/program_main.h"
+
+namespace zdl::train_gpt {
+
+using io::UsageError;
+
+namespace {
+
+// The checkpoint's train state and model; its seed becomes the run's.
+nn::GPTConfig config_of_checkpoint(Args& a, const CLI::App& app, std::optional<io::TrainState>& resumed) {
+  if (!std::filesystem::exists(a.resume)) throw UsageError("--resume: no checkpoint at '" + a.resume + "'");
+  nn::GPTConfig cfg;
+  uint64_t saved_seed = 0;
+  try {
+    resumed = dist::read_sharded_train_state(a.resume);
+    cfg = io::gpt_config_from_json(resumed->metadata.at("config"), "the checkpoint's model config");
+    // The run's seed fixes init, data order and dropout: a resumed run keeps its own.
+    saved_seed = std::stoull(resumed->metadata.at("seed"));
+  } catch (const std::exception& e) {
+    throw UsageError(std::string("--resume: ") + e.what());
+  }
+  if (given(app, "--seed") && a.seed != saved_seed)
+    throw UsageError(detail::str("--seed ", a.seed, " differs from the checkpoint's seed ", saved_seed,
+                                 " (a resumed run keeps its seed: data order and dropout depend on it; drop the flag)"));
+  a.seed = saved_seed;
+  if (!a.init_from.empty()) throw UsageError("--init-from and --resume exclude each other (the checkpoint holds the weights)");
+  // The model comes from the checkpoint: a shape flag that disagrees would be silently ignored.
+  auto check_flag = [&](const char* flag, auto flag_value, auto saved_value) {
+    if (given(app, flag) && flag_value != saved_value)
+      throw UsageError(detail::str(flag, " ", flag_value, " differs from ", saved_value, " in the checkpoint '",
+                                   a.resume, "' (a resumed run keeps its model; drop the flag)"));
+  };
+  check_flag("--n-layer", a.n_layer, cfg.n_layer);
+  check_flag("--n-head", a.n_head, cfg.n_head);
+  check_flag("--n-embd", a.n_embd, cfg.n_embd);
+  check_flag("--dropout", a.dropout, cfg.dropout);
+  check_flag("--vocab-size", a.vocab_size, cfg.vocab_size);
+  if (given(app, "--vocab-multiple") &&
+      (a.vocab_multiple > 1 ? data::padded_vocab(cfg.vocab_size, a.vocab_multiple) : cfg.vocab_size) != cfg.padded_vocab())
+    throw UsageError(detail::str("--vocab-multiple ", a.vocab_multiple, " does not give the checkpoint's padded vocabulary ",
+                                 cfg.padded_vocab(), " ('", a.resume, "'; drop the flag)"));
+  return cfg;
+}
+
+// A GPT-2 safetensors file, or a Hugging Face-style directory holding one (a.init_from then
+// names the file).
+nn::GPTConfig config_of_gpt2_file(Args& a, const CLI::App& app) {
+  if (!std::filesystem::exists(a.init_from)) throw UsageError("--init-from: no file '" + a.init_from + "'");
+  if (std::filesystem::is_directory(a.init_from)) {
+    // A Hugging Face-style directory (consolidate_checkpoint CK DIR) holds the weights here.
+    const std::string weights = (std::filesystem::path(a.init_from) / io::kHfWeightsFile).string();
+    if (!std::filesystem::exists(weights))
+      throw UsageError("--init-from: '" + a.init_from + "' is a directory without " + io::kHfWeightsFile +
+                       "; it takes a GPT-2 safetensors file or such a directory (continue a sharded checkpoint "
+                       "with --resume, or consolidate it with consolidate_checkpoint)");
+    a.init_from = weights;
+  }
+  io::GPT2ConfigOverrides ov;
+  if (given(app, "--n-head")) ov.n_head = a.n_head;
+  ov.dropout = a.dropout;
+  nn::GPTConfig cfg;
+  try {
+    cfg = io::config_from_gpt2_file(a.init_from, ov);
+  } catch (const std::exception& e) {  // not a GPT-2 file: a checkpoint directory, another model's file
+    throw UsageError(std::string("--init-from: ") + e.what());
+  }
+  auto check_flag = [&](const char* flag, int64_t flag_value, int64_t file_value) {
+    if (given(app, flag) && flag_value != file_value)
+      throw UsageError(detail::str(flag, " ", flag_value, " differs from ", file_value, " in ", a.init_from));
+  };
+  check_flag("--n-layer", a.n_layer, cfg.n_layer);
+  check_flag("--n-embd", a.n_embd, cfg.n_embd);
+  check_flag("--vocab-size", a.vocab_size, cfg.vocab_size);
+  return cfg;
+}
+
+// A new model of the flags' shape, on the data's vocabulary.
+nn::GPTConfig config_of_flags(const Args& a, const CLI::App& app, data::TokenFormat format, int64_t tokenizer_vocab) {
+  const bool gpt2 = format == data::TokenFormat::Llmc;
+  nn::GPTConfig cfg;
+  cfg.vocab_size = a.vocab_size > 0       ? a.vocab_size
+                   : tokenizer_vocab > 0 ? tokenizer_vocab
+                   : gpt2                ? data::kGpt2VocabSize
+                                         : data::ByteTokenizer::kVocabSize;
+  const int64_t multiple = given(app, "--vocab-multiple") ? a.vocab_multiple : gpt2 ? data::kGpt2VocabMultiple : 1;
+  cfg.padded_vocab_size = multiple > 1 ? data::padded_vocab(cfg.vocab_size, multiple) : 0;
+  cfg.block_size = a.seq;
+  cfg.n_layer = a.n_layer;
+  cfg.n_head = a.n_head;
+  cfg.n_embd = a.n_embd;
+  cfg.dropout = a.dropout;
+  return cfg;
+}
+
+}  // namespace
+
+nn::GPTConfig model_config(Args& a, const CLI::App& app, std::optional<io::TrainState>& resumed,
+                           data::TokenFormat format, int64_t tokenizer_vocab) {
+  if (!a.resume.empty()) return config_of_checkpoint(a, app, resumed);
+  if (!a.init_from.empty()) return config_of_gpt2_file(a, app);
+  return config_of_flags(a, app, format, tokenizer_vocab);
+}
+
+}  // namespace zdl::train_gpt

@@ -1,0 +1,87 @@
+#include "io/program_main.h"
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+#include "io/fatal_report.h"
+#include "io/program_flags.h"
+
+namespace zdl::io {
+
+namespace {
+
+// CLI11's verdict on argv, then the numbers it lets through: an exit code, or none to go on.
+std::optional<int> parse_flags(const char* name, CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", name, short_parse_message(e.what()).c_str());
+    return 2;
+  }
+  if (std::string bad = malformed_number(app); !bad.empty()) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", name, bad.c_str());
+    return 2;
+  }
+  return std::nullopt;
+}
+
+// What a failure of `run` prints, and its exit code (the table in io/program_main.h).
+int report_failure(const char* name, dist::Communicator& comm, const std::optional<FatalReport>& report) {
+  try {
+    throw;
+  } catch (const UsageError& e) {
+    if (comm.rank() == e.printer) std::fprintf(stderr, "%s: %s\n", name, e.what());
+    return 2;
+  } catch (const CollectiveStop& e) {
+    if (comm.rank() == 0) std::fprintf(stderr, "\n%s: %s\n", name, e.what());
+    return 1;
+  } catch (const dist::CollectiveError& e) {  // every rank has it: printed once, no abort
+    if (comm.rank() == 0) std::fprintf(stderr, "\n%s: error: %s\n", name, e.what());
+    return 1;
+  } catch (const std::exception& e) {  // this rank alone may know: [Note: one fatal message]
+    std::string message = e.what();
+    if (comm.size() > 1 && message.rfind("[rank ", 0) != 0) message = comm.prefix() + " " + message;
+    if (!report || report->first_to_say(message)) std::fprintf(stderr, "\n%s: error: %s\n", name, message.c_str());
+    if (report) report->before_abort();
+    if (comm.size() > 1) dist::abort_job(1);
+    return 1;
+  }
+}
+
+}  // namespace
+
+int run_program(const char* name, CLI::App& app, int argc, char** argv,
+                const std::function<int(dist::Communicator&)>& run,
+                const std::function<dist::InitOptions()>& init_options, const std::vector<std::string>& path_flags) {
+  if (std::optional<int> code = parse_flags(name, app, argc, argv)) return *code;
+  std::shared_ptr<dist::Communicator> comm;
+  dist::InitOptions options;
+  std::optional<UsageError> bad_options;
+  if (init_options) {
+    try {
+      options = init_options();
+    } catch (const UsageError& e) {
+      bad_options = e;
+    }
+  }
+  try {
+    comm = dist::init(options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: cannot start the process group: %s\n", name, e.what());
+    return 1;
+  }
+  std::optional<FatalReport> report;
+  try {
+    report.emplace(*comm);
+    if (bad_options) throw *bad_options;
+    agree_on_flags(*comm, app, path_flags);
+    return run(*comm);
+  } catch (...) {
+    return report_failure(name, *comm, report);
+  }
+}
+
+}  // namespace zdl::io

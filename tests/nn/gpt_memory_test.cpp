@@ -1,0 +1,26 @@
+// The least memory a GPT's training takes per rank (nn/gpt_memory.h): what train_gpt checks a
+// model against before building it.
+#include "nn/gpt_memory.h"
+
+#include <gtest/gtest.h>
+
+namespace zdl::nn {
+namespace {
+
+TEST(GptMemory, StatesOverTheRanksPlusOneMicroBatchOfLogits) {
+  const GPTConfig c{.vocab_size = 256, .block_size = 64, .n_layer = 2, .n_head = 2, .n_embd = 32};
+  const TrainingMemoryFloor f = training_memory_floor(c, /*batch=*/8, /*seq=*/64, /*world=*/4);
+  EXPECT_DOUBLE_EQ(f.parameters, c.num_parameters());
+  EXPECT_DOUBLE_EQ(f.states, 16 * c.num_parameters() / 4);
+  EXPECT_DOUBLE_EQ(f.logits, 2.0 * 64 * 256 * 8);  // 8 / 4 rows per rank
+  EXPECT_DOUBLE_EQ(f.total(), f.states + f.logits);
+}
+
+TEST(GptMemory, AtLeastOneRowAndThePaddedVocabulary) {
+  const GPTConfig c{.vocab_size = 50257, .padded_vocab_size = 50304, .block_size = 16, .n_layer = 1, .n_head = 1,
+                    .n_embd = 8};
+  EXPECT_DOUBLE_EQ(training_memory_floor(c, /*batch=*/2, /*seq=*/16, /*world=*/8).logits, 1.0 * 16 * 50304 * 8);
+}
+
+}  // namespace
+}  // namespace zdl::nn
