@@ -122,7 +122,7 @@ void save_checkpoint_impl(const std::string& dir, const nn::Module& model, const
   w.write(text.data(), text.size());
   w.commit();  // also fsyncs `saving`
 
-  swap_into_place(dir);
+  swap_into_place(dir, [](const std::string& name) { return name == kStateFile || name == kManifestFile; });
 }
 
 TrainState load_checkpoint_impl(const std::string& dir, nn::Module& model, optim::Optimizer& optimizer) {

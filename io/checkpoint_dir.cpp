@@ -72,9 +72,49 @@ void prepare_staging(const std::string& dir) {
   fs::create_directory(saving);
 }
 
-void swap_into_place(const std::string& dir) {
+namespace {
+
+// ".NAME.tmp.XXXXXX", AtomicFileWriter's temporary of NAME.
+bool is_temporary_of(const std::string& name, const OwnedName& owns) {
+  const size_t tmp = name.rfind(".tmp.");
+  return name.size() > 1 && name[0] == '.' && tmp != std::string::npos && tmp > 1 && owns(name.substr(1, tmp - 1));
+}
+
+// `src` again at `dst`: directories made anew (with their permissions), files as hard links (a
+// copy where the file system has none), symbolic links as links.
+void link_tree(const fs::path& src, const fs::path& dst) {
+  const fs::file_status st = fs::symlink_status(src);
+  if (st.type() == fs::file_type::symlink) {
+    fs::copy_symlink(src, dst);
+  } else if (st.type() == fs::file_type::directory) {
+    fs::create_directory(dst, src);
+    for (const auto& e : fs::directory_iterator(src)) link_tree(e.path(), dst / e.path().filename());
+  } else {
+    std::error_code ec;
+    fs::create_hard_link(src, dst, ec);
+    if (ec) fs::copy_file(src, dst);
+  }
+}
+
+// [Note: foreign files] A checkpoint directory may hold what no save wrote: an export into the
+// same directory, a user's NOTES.txt, evaluation results. The staging directory takes them over
+// as hard links made before the swap, so they never go missing: until the swap they are in the
+// old directory, after it in the new one; a crash in between leaves the old directory as it was.
+void carry_foreign_entries(const fs::path& from, const fs::path& to, const OwnedName& owns) {
+  if (!fs::is_directory(from)) return;
+  for (const auto& e : fs::directory_iterator(from)) {
+    const std::string name = e.path().filename().string();
+    if (!owns(name) && !is_temporary_of(name, owns)) link_tree(e.path(), to / name);
+  }
+}
+
+}  // namespace
+
+void swap_into_place(const std::string& dir, const OwnedName& owns) {
   const std::string parent = checkpoint_parent(dir), saving = checkpoint_sibling(dir, ".saving"),
                     old = checkpoint_sibling(dir, ".old");
+  carry_foreign_entries(dir, saving, owns);
+  fsync_directory(saving);
   std::string previous;  // where the replaced checkpoint is now
   if (fs::exists(dir) && exchange_paths(saving, dir)) {
     fsync_directory(parent);
@@ -105,12 +145,12 @@ void check_checkpoint_destination(const std::string& dir, const char* marker_fil
     require(fs::is_directory(p, ec), "'", dir, "' exists and is not a directory");
     require(fs::is_empty(p, ec) || fs::exists(p / marker_file, ec), "'", dir,
             "' is a non-empty directory that is not a zdl checkpoint (no ", marker_file,
-            "); a save replaces the whole directory, so choose a new or empty one");
+            "); choose a new or empty directory, or a checkpoint to replace");
     // AT_EACCESS: the rights this process writes with (effective ids), not access()'s real ids.
     const bool writable = ::faccessat(AT_FDCWD, dir.c_str(), W_OK | X_OK, AT_EACCESS) == 0;
     const int err = errno;
     require(writable, "the checkpoint directory '", dir, "' is not writable (", std::strerror(err),
-            "): a save replaces it and removes its files");
+            "): a save replaces its checkpoint files");
   }
   const std::string parent = checkpoint_parent(dir);
   fs::create_directories(parent, ec);

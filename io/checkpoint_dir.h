@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "core/check.h"
@@ -22,15 +23,20 @@ std::string resolve_checkpoint_dir(const std::string& dir, const char* marker_fi
 //   prepare_staging(dir)      "<parent>/.<name>.saving" made fresh (debris of an interrupted save
 //                             removed, and the ".old" backup once `dir` itself exists again);
 //   ... write the files into checkpoint_sibling(dir, ".saving"), fsync, commit the manifest ...
-//   swap_into_place(dir)      the staging directory becomes `dir` atomically (RENAME_EXCHANGE, or
-//                             a rename through ".old" that load falls back to), then the previous
-//                             checkpoint is removed. A previous checkpoint that cannot be removed
+//   swap_into_place(dir, owns) the staging directory becomes `dir` atomically (RENAME_EXCHANGE,
+//                             or a rename through ".old" that load falls back to), then the previous
+//                             checkpoint is removed. What `dir` holds that the save does not own
+//                             (`owns(name)` false: an export, a user's notes) is carried over first
+//                             ([Note: foreign files]). A previous checkpoint that cannot be removed
 //                             (made read-only) is a warning, not a failed save: the new one is in place.
+// `owns` names the entries of `dir` a checkpoint of this kind writes (every file of any world size
+// or version, so stale ones go); their temporaries (".NAME.tmp.XXXXXX") count as owned too.
+using OwnedName = std::function<bool(const std::string& name)>;
 void prepare_staging(const std::string& dir);
-void swap_into_place(const std::string& dir);
+void swap_into_place(const std::string& dir, const OwnedName& owns);
 // Throws unless a save to `dir` can succeed: `dir` is absent, an empty directory or a checkpoint
-// (a save replaces it whole), its parent can be created and written, and an existing `dir` is
-// writable (its files are removed when a new checkpoint replaces it). For startup checks, so a
+// (a save replaces its checkpoint files), its parent can be created and written, and an existing
+// `dir` is writable (a save removes the files of the checkpoint it replaces). For startup checks, so a
 // typo or a read-only disk fails at once, not at the first save hours later.
 void check_checkpoint_destination(const std::string& dir, const char* marker_file);
 // 16 lowercase hex digits (checksums in manifests).

@@ -38,6 +38,16 @@ std::string rank_file_name(int r, int n) {
   return "rank-" + std::to_string(r) + "-of-" + std::to_string(n) + ".safetensors";
 }
 
+// The entries of a checkpoint directory a save owns: its layout and the rank files of any world
+// size ("rank-R-of-N.safetensors"); the rest is carried into the new checkpoint ([Note: foreign
+// files] in io/checkpoint_dir.cpp).
+bool owned_by_sharded_checkpoint(const std::string& name) {
+  if (name == kLayoutFile) return true;
+  int r = -1, n = -1, end = 0;
+  return std::sscanf(name.c_str(), "rank-%d-of-%d.safetensors%n", &r, &n, &end) == 2 && r >= 0 && n > 0 &&
+         static_cast<size_t>(end) == name.size() && name == rank_file_name(r, n);
+}
+
 std::string entry_name(const std::string& param, const char* state, int64_t begin) {
   return param + ":" + state + "@" + std::to_string(begin);
 }
@@ -460,7 +470,7 @@ void save_files_and_swap(const std::string& dir, const std::string& saving, cons
     w.write(text.data(), text.size());
     w.commit();  // also fsyncs `saving`
 
-    io::swap_into_place(dir);
+    io::swap_into_place(dir, owned_by_sharded_checkpoint);
   });
 }
 

@@ -134,7 +134,10 @@ void open_dataset(const Args& a, Setup& s, data::TokenFiles files, const dist::C
 // probes --save, only some ranks open a metrics file.
 void open_outputs(const Args& a, Setup& s, const dist::Communicator& comm) {
   try {
-    if (comm.rank() == 0 && !a.save.empty()) io::check_checkpoint_destination(a.save, "layout.json");
+    if (comm.rank() == 0 && !a.save.empty()) {
+      io::check_checkpoint_destination(a.save, "layout.json");
+      s.save_lock = std::make_unique<io::DirLock>(a.save);  // a second run on it is refused here
+    }
   } catch (const Error& e) {
     throw UsageError(std::string("--save: ") + e.what());
   }

@@ -17,6 +17,7 @@
 #include "dist/comm/communicator.h"
 #include "examples/train_gpt/args.h"
 #include "io/checkpoint.h"
+#include "io/dir_lock.h"
 #include "io/metrics_log.h"
 #include "nn/gpt.h"
 
@@ -30,6 +31,7 @@ struct Setup {
   std::string data_path;  // --data: a file or a pattern
   std::unique_ptr<data::TokenDataset> ds;
   std::unique_ptr<io::MetricsLog> metrics;
+  std::unique_ptr<io::DirLock> save_lock;  // rank 0's claim on --save, held for the whole run
   std::optional<data::BpeTokenizer> tok;  // --tokenizer
 };
 

@@ -330,6 +330,41 @@ inline void expect_interrupted_save_leaves_previous_checkpoint(Communicator& com
   EXPECT_EQ(loaded_step(ZeroStage::Three), 3);
 }
 
+// A save replaces only what it owns: the layout and the rank files (of any world size: stale ones
+// go) and their temporaries. A user's notes, an export's files, a folder of results and a link
+// written into the checkpoint directory are still there, with their bytes, after the next save.
+inline void expect_save_keeps_files_it_does_not_own(Communicator& comm) {
+  using namespace sharded;
+  SharedDir tmp(comm);
+  const std::string dir = tmp / "ckpt";
+  ZeroRun run(comm, {.stage = ZeroStage::Three});
+  run.steps(0, 1);
+  save_sharded(dir, *run.zero, *run.opt, run.state(1));
+  on_rank0(comm, [&] {
+    write_bytes(dir + "/NOTES.txt", "lr 3e-3 looked best");
+    write_bytes(dir + "/model.safetensors", "an export");
+    fs::create_directories(dir + "/eval_results/deep");
+    write_bytes(dir + "/eval_results/deep/val.txt", "1.95");
+    fs::create_symlink("NOTES.txt", dir + "/latest_notes");
+    write_bytes(dir + "/rank-0-of-7.safetensors", "a stale rank file of another world size");
+    write_bytes(dir + "/.layout.json.tmp.Ab12Cd", "debris of an interrupted write");
+  });
+  run.steps(1, 2);
+  save_sharded(dir, *run.zero, *run.opt, run.state(2));
+  on_rank0(comm, [&] {
+    EXPECT_EQ(read_bytes(dir + "/NOTES.txt"), "lr 3e-3 looked best");
+    EXPECT_EQ(read_bytes(dir + "/model.safetensors"), "an export");
+    EXPECT_EQ(read_bytes(dir + "/eval_results/deep/val.txt"), "1.95");
+    EXPECT_TRUE(fs::is_symlink(dir + "/latest_notes"));
+    EXPECT_EQ(fs::read_symlink(dir + "/latest_notes"), "NOTES.txt");
+    EXPECT_FALSE(fs::exists(dir + "/rank-0-of-7.safetensors"));
+    EXPECT_FALSE(fs::exists(dir + "/.layout.json.tmp.Ab12Cd"));
+  });
+  comm.barrier();
+  ZeroRun fresh(comm, {.stage = ZeroStage::Two, .seed = 5});
+  EXPECT_EQ(load_sharded(dir, *fresh.zero, *fresh.opt).step, 2);
+}
+
 // Consolidation (one process, while the others wait) writes a GPT-2 file that io::load_gpt2
 // reads into a plain nn::GPT whose parameters equal the ZeRO model's (gathered) and whose
 // logits equal the ZeRO model's within 1e-6. The vocabulary is padded, so the exported wte

@@ -34,6 +34,8 @@ TEST(ShardedCheckpointLocal, InterruptedSaveLeavesThePreviousCheckpoint) {
   expect_interrupted_save_leaves_previous_checkpoint(local());
 }
 
+TEST(ShardedCheckpointLocal, ASaveKeepsFilesItDoesNotOwn) { expect_save_keeps_files_it_does_not_own(local()); }
+
 TEST(ShardedCheckpointLocal, ConsolidationMatchesTheZeroModel) { expect_consolidation_matches_zero_model(local()); }
 
 TEST(ShardedCheckpointLocal, LoadsCheckpointOfAnotherWorldSize) {

@@ -245,7 +245,7 @@ TEST(Checkpoint, FileSystemFailuresAreZdlErrors) {
   EXPECT_NE(msg.find("save_checkpoint('" + (tmp / "not_a_dir/ckpt") + "')"), std::string::npos) << msg;
 }
 
-// A save replaces the checkpoint directory and removes its files: one this user cannot write
+// A save replaces the checkpoint's files inside the directory: one this user cannot write
 // (chmod 555) is refused by the startup check, a writable one passes. Root writes anywhere, so
 // as root the check runs as user nobody (effective uid only; it comes back after).
 TEST(CheckpointDir, AnUnwritableCheckpointDirectoryIsRefusedByTheStartupCheck) {

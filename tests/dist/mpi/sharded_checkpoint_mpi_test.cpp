@@ -38,6 +38,8 @@ TEST(ShardedCheckpointMpi, InterruptedSaveLeavesThePreviousCheckpoint) {
   expect_interrupted_save_leaves_previous_checkpoint(world());
 }
 
+TEST(ShardedCheckpointMpi, ASaveKeepsFilesItDoesNotOwn) { expect_save_keeps_files_it_does_not_own(world()); }
+
 TEST(ShardedCheckpointMpi, ConsolidationMatchesTheZeroModel) { expect_consolidation_matches_zero_model(world()); }
 
 TEST(ShardedCheckpointMpi, SaveForOtherWorldSizes) {
