@@ -1,9 +1,12 @@
 #include "dist/zero/trainer.h"
 
 #include <cmath>
+#include <csignal>
+#include <tuple>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "io/interrupt.h"
 #include "nn/batch_position.h"
 
 namespace zdl::dist {
@@ -22,10 +25,17 @@ int64_t Trainer::sequences_per_step() const {
 }
 
 double Trainer::forward_backward(int64_t step, const BatchFn& batch, const LossFn& loss_fn) {
+  return run_micro_batches(step, batch, loss_fn).first;
+}
+
+std::pair<double, int> Trainer::run_micro_batches(int64_t step, const BatchFn& batch, const LossFn& loss_fn) {
   zero_.set_step(step);
   const int64_t A = options_.grad_accum, b = options_.micro_batch;
-  // [Note: micro-batch schedule] in dist/zero/partitioner.h; each loss lands in its micro-batch's slot.
-  std::vector<double> losses(static_cast<size_t>(A * zero_.comm().size()), 0.0);
+  const size_t M = static_cast<size_t>(A * zero_.comm().size());
+  // [Note: micro-batch schedule] in dist/zero/partitioner.h; each loss lands in its micro-batch's
+  // slot. Two more slots count the ranks interrupted by SIGINT and by SIGTERM, so the step's one
+  // all-reduce also tells every rank whether to stop.
+  std::vector<double> losses(M + 2, 0.0);
   for (int64_t a = 0; a < A; ++a) {
     const int64_t m = zero_.micro_batch_index(a);
     auto [inputs, targets] = batch(step, m * b, b);
@@ -38,11 +48,15 @@ double Trainer::forward_backward(int64_t step, const BatchFn& batch, const LossF
     // 1/A: a power of two scales exactly, so accumulation keeps the bits of one big batch.
     (A > 1 ? mul(loss, 1.0 / static_cast<double>(A)) : loss).backward();
   }
+  const int sig = io::interrupt_signal();  // read once: the handler may set it at any time
+  losses[M + (sig == SIGTERM ? 1 : 0)] = sig != 0 ? 1.0 : 0.0;
   // One nonzero per slot: the all-reduce is exact; then the sum in micro-batch order.
   CommPhaseScope metrics(CommPhase::Metrics);
+  losses = zero_.comm().all_reduce_sums(std::move(losses));
   double sum = 0;
-  for (double l : zero_.comm().all_reduce_sums(std::move(losses))) sum += l;
-  return sum / static_cast<double>(A * zero_.comm().size());
+  for (size_t m = 0; m < M; ++m) sum += losses[m];
+  const int stop = losses[M + 1] > 0 ? SIGTERM : losses[M] > 0 ? SIGINT : 0;
+  return {sum / static_cast<double>(M), stop};
 }
 
 double Trainer::evaluate(nn::Module& model, int64_t num_batches, const EvalBatchFn& batch, const LossFn& loss_fn) {
@@ -62,7 +76,7 @@ double Trainer::evaluate(nn::Module& model, int64_t num_batches, const EvalBatch
 
 StepResult Trainer::step(int64_t step, const BatchFn& batch, const LossFn& loss) {
   StepResult r;
-  r.loss = forward_backward(step, batch, loss);
+  std::tie(r.loss, r.stop_signal) = run_micro_batches(step, batch, loss);
   const double scale = zero_.clip_grad_norm(options_.grad_clip);
   r.grad_norm = zero_.last_grad_norm();
   // The loss and the norm are the same on every rank, so every rank takes the same branch.

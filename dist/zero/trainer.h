@@ -13,6 +13,7 @@
 //         [&](int64_t s, int64_t first, int64_t count) { return my_rows(s, first, count); },  // (inputs, targets)
 //         [&](const Tensor& x, const Tensor& y) { return model->loss(x, y); });
 //     if (!r.applied) ...;  // r.nonfinite names the units with NaN/Inf gradients
+//     if (r.stop_signal) break;  // Ctrl-C on some rank, inside an io::InterruptScope: save, exit
 //   }
 #pragma once
 #include <cstdint>
@@ -37,6 +38,9 @@ struct StepResult {
   double grad_norm = 0;  // global, before clipping
   bool applied = true;   // false: a loss or gradient was NaN/Inf and the optimizer step was skipped
   std::vector<ZeroPartitioner::NonFiniteUnit> nonfinite;  // when !applied: units with NaN/Inf gradients
+  // SIGINT or SIGTERM when any rank was interrupted inside an io::InterruptScope (SIGTERM if
+  // both): the same on every rank, so every rank stops after this step together. 0 otherwise.
+  int stop_signal = 0;
 };
 
 class Trainer {
@@ -69,6 +73,9 @@ class Trainer {
   const TrainerOptions& options() const { return options_; }
 
  private:
+  // forward_backward, and whether a rank was interrupted (StepResult::stop_signal).
+  std::pair<double, int> run_micro_batches(int64_t step, const BatchFn& batch, const LossFn& loss);
+
   ZeroPartitioner& zero_;
   ZeroAdamW& opt_;
   TrainerOptions options_;

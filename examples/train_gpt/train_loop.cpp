@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dist/zero/metrics.h"
+#include "io/interrupt.h"
 #include "io/program_main.h"
 #include "optim/schedule.h"
 
@@ -90,10 +91,11 @@ void report_step(Session& x, const dist::StepResult& r, int64_t step, int64_t fi
   x.s.metrics->write(line);
 }
 
-// Validation and checkpoints after a step, as the flags ask; true: --stop-after ends the run here.
-bool after_step(Session& x, int64_t step, io::Progress& progress) {
+// Validation and checkpoints after a step, as the flags ask; true: --stop-after or a signal
+// (`stop_signal`, StepResult's) ends the run here. A signal saves at once, off the cadence.
+bool after_step(Session& x, int64_t step, int stop_signal, io::Progress& progress) {
   const Args& a = x.a;
-  const bool last = step + 1 == a.steps || step + 1 == a.stop_after;
+  const bool last = step + 1 == a.steps || step + 1 == a.stop_after || stop_signal != 0;
   if (a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || last) && a.val_fraction > 0) {
     const double val = evaluate(x, data::Split::Val, a.eval_batches).first;
     progress.message(detail::str("step ", step + 1, ": val_loss ", val));
@@ -103,6 +105,15 @@ bool after_step(Session& x, int64_t step, io::Progress& progress) {
     save(x, step + 1);
     progress.message("saved checkpoint to " + a.save);
   }
+  if (stop_signal != 0) {
+    // For scripts: a launcher may not pass the exit code on (MPICH's mpiexec after a Ctrl-C).
+    x.s.metrics->write({{"type", "interrupted"}, {"signal", io::signal_name(stop_signal)}, {"step", step + 1},
+                        {"saved", !a.save.empty()}});
+    progress.message(detail::str("interrupted (", io::signal_name(stop_signal), ") after step ", step + 1, ": ",
+                                 a.save.empty() ? "nothing saved (no --save)"
+                                                : "checkpoint saved; --resume " + a.save + " continues"));
+    return true;
+  }
   if (step + 1 != a.stop_after) return false;
   progress.message(detail::str("stopping after step ", step + 1, " (--stop-after)"));
   return true;
@@ -110,7 +121,7 @@ bool after_step(Session& x, int64_t step, io::Progress& progress) {
 
 }  // namespace
 
-void train(Session& x, int64_t first_step, const DeviceInfo& gpu, io::Progress& progress) {
+int train(Session& x, int64_t first_step, const DeviceInfo& gpu, io::Progress& progress) {
   const Args& a = x.a;
   optim::CosineSchedule sched{a.lr, a.lr * a.min_lr_ratio, a.warmup, a.steps};
   auto rows = [&](int64_t step, int64_t first, int64_t count) { return x.step_rows(step, first, count); };
@@ -133,8 +144,9 @@ void train(Session& x, int64_t first_step, const DeviceInfo& gpu, io::Progress& 
     synchronize(x.dev);  // the step's time is finished work
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     report_step(x, r, step, first_step, ms, gpu, progress);
-    if (after_step(x, step, progress)) break;
+    if (after_step(x, step, r.stop_signal, progress)) return r.stop_signal;
   }
+  return 0;
 }
 
 }  // namespace zdl::train_gpt

@@ -1,6 +1,7 @@
 // train_gpt's training: steps from `first_step` to --steps (or --stop-after) through the
 // library's step (dist::Trainer), each followed by its console line and metrics line, and the
-// evaluations and checkpoints the flags ask for. Errors here are failures: exit 1.
+// evaluations and checkpoints the flags ask for. Errors here are failures: exit 1. A SIGINT or
+// SIGTERM on any rank (inside an io::InterruptScope) ends it after the step, saved if --save is set.
 #pragma once
 #include <cstdint>
 
@@ -11,6 +12,7 @@
 namespace zdl::train_gpt {
 
 // `gpu`: the device's description (its peak rate gives MFU; none on the CPU). Collective.
-void train(Session& x, int64_t first_step, const DeviceInfo& gpu, io::Progress& progress);
+// Returns 0, or the signal that stopped it (every rank the same).
+int train(Session& x, int64_t first_step, const DeviceInfo& gpu, io::Progress& progress);
 
 }  // namespace zdl::train_gpt

@@ -151,9 +151,10 @@ inline void expect_traffic_closed_form(Communicator& comm, ZeroStage stage, int6
       counted += w.payload;
     }
     // Nothing else moved model bytes: what remains is the gradient-norm all-reduce (the exact
-    // sum's words, stages 1-3) and the harness's per-micro-batch losses, in phase Other.
+    // sum's words, stages 1-3) and the step's loss all-reduce (a slot per micro-batch, two that
+    // count interrupted ranks: dist/zero/trainer.cpp).
     int64_t other = comm_ledger().total().payload_bytes - counted;
-    EXPECT_LE(other, 8 * (kernels::cpu::ExactSquareSum::kSerializedSize + N * c.grad_accum))
+    EXPECT_LE(other, 8 * (kernels::cpu::ExactSquareSum::kSerializedSize + N * c.grad_accum + 2))
         << comm.prefix() << " " << stage_name(stage) << ": unexpected traffic";
     comm_ledger().reset();
   };
@@ -232,6 +233,19 @@ inline void expect_nonfinite_step_detected_and_skipped(Communicator& comm, ZeroS
   }
   for (auto& [name, v] : ref.params)
     EXPECT_LE(rel_l2(got.params[name], v), tol) << comm.prefix() << " " << stage_name(stage) << " " << name;
+}
+
+// A SIGTERM that reaches one rank (the last) inside an io::InterruptScope is seen by every rank
+// at the end of that step, through the step's own all-reduce, and changes nothing else: the
+// losses and parameters are the uninterrupted run's, bit for bit.
+inline void expect_interrupt_on_one_rank_is_seen_by_every_rank(Communicator& comm, ZeroStage stage) {
+  RunConfig c{.stage = stage};
+  RunResult plain = run_zero(comm, c);
+  c.interrupt_step = 1;
+  RunResult got = run_zero(comm, c);
+  EXPECT_EQ(got.stop_signals, (std::vector<int>{0, SIGTERM, SIGTERM})) << comm.prefix() << " " << stage_name(stage);
+  EXPECT_EQ(got.losses, plain.losses) << comm.prefix() << " " << stage_name(stage);
+  EXPECT_EQ(got.params, plain.params) << comm.prefix() << " " << stage_name(stage);
 }
 
 // bf16 compute (f32 masters and moments) follows the f32 trajectory to bf16 accuracy: the

@@ -4,7 +4,9 @@
 // Used with N = 1 (test_dist) and N = 2, 4, 8 (test_dist_mpi under mpirun).
 #pragma once
 #include <cmath>
+#include <csignal>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "dist/zero/partitioner.h"
 #include "dist/zero/trainer.h"
 #include "dist/zero/zero_adamw.h"
+#include "io/interrupt.h"
 #include "nn/activation_checkpoint.h"
 #include "nn/batch_position.h"
 #include "nn/gpt.h"
@@ -44,6 +47,9 @@ struct RunConfig {
   // This step's gradient of one parameter of unit h.1 gets a NaN on the last rank, before any
   // reduction (a leaf hook): the step must be detected and skipped (-1: none).
   int poison_step = -1;
+  // The last rank raises SIGTERM on itself before this step, inside an io::InterruptScope: every
+  // rank's StepResult must say so from this step on (-1: none).
+  int interrupt_step = -1;
   // Where run_zero places the model (ZeroOptions::device; the communicator must serve it) and
   // feeds the batches.
   Device device = Device::cpu();
@@ -73,6 +79,7 @@ struct RunResult {
   std::map<std::string, std::vector<double>> params;   // final parameters, full
   // Per step: the units ZeroPartitioner reported with non-finite gradients (run_zero only).
   std::vector<std::vector<ZeroPartitioner::NonFiniteUnit>> nonfinite;
+  std::vector<int> stop_signals;  // per step: StepResult::stop_signal (run_zero only)
 };
 
 // Rows [first, first + count) of step s's sequences: ids from Philox keyed by (s, row), so a
@@ -213,10 +220,14 @@ inline RunResult run_zero(Communicator& comm, const RunConfig& c, const Probe& p
         });
   }
   Trainer trainer = make_trainer(zero, opt, c);
+  std::optional<io::InterruptScope> interrupt;
+  if (c.interrupt_step >= 0) interrupt.emplace();
   for (int s = 0; s < c.steps; ++s, ++step) {
+    if (s == c.interrupt_step && rank == N - 1) std::raise(SIGTERM);
     StepResult res = trainer.step(s, harness_rows(c, model->config.vocab_size), gpt_loss(*model));
     r.losses.push_back(res.loss);
     r.nonfinite.push_back(res.nonfinite);
+    r.stop_signals.push_back(res.stop_signal);
     if (probe.after_step) probe.after_step(zero, s);
   }
   {

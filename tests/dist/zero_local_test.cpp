@@ -130,6 +130,10 @@ TEST(ZeroLocal, NonFiniteGradientsAreNamedAndTheStepSkipped) {
   for (ZeroStage s : kAllStages) expect_nonfinite_step_detected_and_skipped(local(), s, 0.0);
 }
 
+TEST(ZeroLocal, AnInterruptIsReportedByTheStepAndChangesNothingElse) {
+  for (ZeroStage s : kAllStages) expect_interrupt_on_one_rank_is_seen_by_every_rank(local(), s);
+}
+
 }  // namespace zdl::dist::testing
 
 namespace zdl::dist::testing {

@@ -104,6 +104,10 @@ TEST(ZeroMpi, NonFiniteGradientsOnOneRankAreSeenByAllNamedAndSkipped) {
   for (ZeroStage s : kAllStages) expect_nonfinite_step_detected_and_skipped(world(), s, kExact);
 }
 
+TEST(ZeroMpi, AnInterruptOnOneRankIsSeenByEveryRank) {
+  for (ZeroStage s : kAllStages) expect_interrupt_on_one_rank_is_seen_by_every_rank(world(), s);
+}
+
 }  // namespace zdl::dist::testing
 
 namespace zdl::dist::testing {
