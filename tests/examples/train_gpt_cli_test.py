@@ -631,6 +631,21 @@ class TrainGptCli(unittest.TestCase):
                 self.assertIn(needle, p.stderr, f"{args}: {p.stderr}")
             self.assertLessEqual(len(p.stderr.strip().splitlines()), 2, p.stderr)
 
+    def test_shards_more_than_the_open_file_limit_load(self):
+        # 1,100 shards under `ulimit -n 256`: no descriptor is held per shard.
+        os.mkdir(self.p("many"))
+        for k in range(1100):
+            write_llmc_shard(self.p(f"many/m_{k:06d}.bin"), pattern_tokens(20, k))
+
+        def low_limit():
+            import resource
+            resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+        p = subprocess.run([TRAIN_GPT, "--data", self.p("many/m_*.bin"), *SMALL, "--steps", "2"], capture_output=True,
+                           text=True, timeout=600, preexec_fn=low_limit)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("(22000 tokens, llm.c, 1100 files)", p.stdout)
+
     @unittest.skipIf(MPIRUN is None, "no mpirun")
     def test_export_hf_from_the_run_equals_the_consolidated_checkpoint(self):
         # A 2-rank ZeRO-3 run writes its Hugging Face directory itself (gathered, rank 0 writes):
