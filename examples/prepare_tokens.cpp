@@ -202,6 +202,28 @@ void check_no_earlier_shards(const std::string& prefix) {
   if (ec) throw UsageError("--output: cannot list the directory '" + dir.string() + "': " + ec.message());
 }
 
+// Below this many tokens a shard holds less than its own 1024-byte header, and each shard is a
+// file written and synced on its own: --shard-tokens 1 writes a few hundred bytes of text a second.
+constexpr int64_t kFewestShardTokens = data::kLlmcHeaderBytes / data::kLlmcTokenBytes;
+
+// Says, on stderr, how many shards --shard-tokens below kFewestShardTokens makes at most: one
+// token per byte of the text and one per document bound the tokens.
+void warn_if_shards_are_tiny(const Args& a, std::string_view text) {
+  if (a.shard_tokens >= kFewestShardTokens) return;
+  int64_t docs = 0;
+  Documents d(text, a.doc_split);
+  for (std::string_view doc; d.next(doc);) ++docs;
+  const int64_t most = (static_cast<int64_t>(text.size()) + docs + a.shard_tokens - 1) / a.shard_tokens +
+                       (a.val_tokens > 0 ? 1 : 0);
+  std::fprintf(stderr,
+               "prepare_tokens: warning: --shard-tokens %lld makes up to %lld shards of '%s', each a file with a "
+               "%lld-byte header (more than its tokens take below %lld), written and synced one by one: slow, and "
+               "mostly headers; llm.c's shards hold 100M tokens\n",
+               static_cast<long long>(a.shard_tokens), static_cast<long long>(most), a.input.c_str(),
+               static_cast<long long>(data::kLlmcHeaderBytes), static_cast<long long>(kFewestShardTokens));
+  std::fflush(stderr);
+}
+
 // "812 bytes", "45.3 kB", "1.1 MB", "9.8 GB".
 std::string size_text(double bytes) {
   if (bytes < 1e3) return detail::str(static_cast<int64_t>(bytes), " bytes");
@@ -234,6 +256,7 @@ int run(const Args& a) {
   }
 
   const std::string_view text(reinterpret_cast<const char*>(input->data()), static_cast<size_t>(input->size()));
+  warn_if_shards_are_tiny(a, text);
 
   // ---- encoding and writing (exit 1) ----
   const auto start = std::chrono::steady_clock::now();

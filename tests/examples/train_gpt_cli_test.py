@@ -698,6 +698,23 @@ class TrainGptCli(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("(22000 tokens, llm.c, 1100 files)", p.stdout)
 
+    def test_prepare_tokens_warns_of_tiny_shards(self):
+        path = self.p("short.txt")
+        with open(path, "w") as f:
+            f.write("the cat sat on the mat. " * 5)
+        train_bpe_tokenizer(self.p("tok"), "the cat sat on the mat. " * 50, 10)
+        os.mkdir(self.p("shards"))
+        p = self.prepare("--input", path, "--tokenizer", self.p("tok"), "--output", self.p("shards/t"),
+                         "--val-tokens", "0", "--doc-split", "none", "--shard-tokens", "1")
+        # One token per byte at most, and the end-of-text token: 121 shards at most.
+        self.assertIn("warning: --shard-tokens 1 makes up to 121 shards of", p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        made = [n for n in os.listdir(self.p("shards")) if n.endswith(".bin")]
+        self.assertLessEqual(len(made), 121)
+        p = self.prepare("--input", path, "--tokenizer", self.p("tok"), "--output", self.p("shards/u"),
+                         "--val-tokens", "0", "--shard-tokens", "512")
+        self.assertEqual(p.stderr, "")
+
     @unittest.skipIf(MPIRUN is None, "no mpirun")
     def test_export_hf_from_the_run_equals_the_consolidated_checkpoint(self):
         # A 2-rank ZeRO-3 run writes its Hugging Face directory itself (gathered, rank 0 writes):
