@@ -505,11 +505,9 @@ TEST(BpeTokenizer, MalformedGpt2FilesAreErrorsNamingFileAndLine) {
 // tokens of encoder.json must be the 256 bytes, one per merge and the specials.
 TEST(BpeTokenizer, AVocabularyWithTokensNoMergeMakesIsRefused) {
   TempDir dir;
-  const std::string learned = generated_text(3000, 5);
-  const Vocab v = train(learned, 200);
-  ASSERT_EQ(v.merges.size(), 200u);
+  const Vocab v = train(generated_text(3000, 5), 200);
   write_both(dir, v);
-  ASSERT_EQ(BpeTokenizer::load(dir / "gpt2").vocab_size(), 457);
+  ASSERT_EQ(BpeTokenizer::load(dir / "gpt2").vocab_size(), 256 + 200 + 1);
   const std::string bpe = testing::read_bytes(dir / "gpt2/vocab.bpe");
   size_t cut = 0;
   for (int line = 0; line < 1 + 108; ++line) cut = bpe.find('\n', cut) + 1;
