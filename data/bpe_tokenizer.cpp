@@ -77,17 +77,28 @@ std::string alphabet_to_bytes(std::string_view text, const std::string& where) {
   return bytes;
 }
 
-// The lines of a file, without their '\n'; a '\n' at the very end ends the last line and
-// starts none.
+// The lines of a file, without their '\n' or "\r\n" (files saved on Windows; tiktoken reads
+// them too, and no token of either format is written with a '\r'); a line end at the very end
+// ends the last line and starts none.
 std::vector<std::string_view> lines_of(const MappedFile& f) {
   const std::string_view text(reinterpret_cast<const char*>(f.data()), static_cast<size_t>(f.size()));
   std::vector<std::string_view> lines;
   for (size_t begin = 0; begin < text.size();) {
     const size_t end = std::min(text.find('\n', begin), text.size());
-    lines.push_back(text.substr(begin, end - begin));
+    std::string_view line = text.substr(begin, end - begin);
+    if (end < text.size() && line.ends_with('\r')) line.remove_suffix(1);
+    lines.push_back(line);
     begin = end + 1;
   }
   return lines;
+}
+
+// A tokenizer file, mapped; an empty one is named as what it is.
+MappedFile tokenizer_file(const std::string& path) {
+  std::error_code ec;
+  ZDL_CHECK(!std::filesystem::is_regular_file(path, ec) || std::filesystem::file_size(path, ec) != 0,
+            "the tokenizer file '", path, "' is empty (0 bytes)");
+  return MappedFile(path);
 }
 
 // Standard base64 (RFC 4648, with padding), strictly: nullopt for anything else.
@@ -118,6 +129,22 @@ std::optional<std::string> base64_decode(std::string_view s) {
 // Ids run from 0 to n-1 for n tokens: an id in that range, each once, leaves no gap.
 std::string id_range(size_t n) {
   return detail::str("[0, ", n, ") (the ids of the file's ", n, " tokens run from 0 to ", n - 1, ")");
+}
+
+// Byte-level BPE's vocabulary is the 256 bytes, one token per merge and the special tokens
+// (<|...|>, never merged into): GPT-2's 50257 = 256 + 50000 + 1. Other counts mean tokens no
+// merge can make, e.g. a vocab.bpe cut short at a line boundary, whose lines all parse.
+void check_every_token_is_reachable(const std::vector<std::string>& tokens, size_t merges,
+                                    const std::string& encoder_json, const std::string& vocab_bpe) {
+  const size_t specials = static_cast<size_t>(std::count_if(tokens.begin(), tokens.end(), [](const std::string& t) {
+    return t.size() > 4 && t.starts_with("<|") && t.ends_with("|>");
+  }));
+  const size_t want = 256 + merges + specials;
+  ZDL_CHECK(tokens.size() == want, at(encoder_json), " holds ", tokens.size(), " tokens, ", at(vocab_bpe), " ",
+            merges, " merges: a byte-level BPE vocabulary is the 256 bytes, one token per merge and its ", specials,
+            " special token(s), ", want, " here; ",
+            tokens.size() > want ? detail::str(tokens.size() - want, " tokens no merge makes (is vocab.bpe cut short?)")
+                                 : detail::str(want - tokens.size(), " merges make tokens that others make too"));
 }
 
 }  // namespace
@@ -169,7 +196,7 @@ BpeTokenizer BpeTokenizer::from_gpt2_files(const std::string& encoder_json, cons
   t.source_ = encoder_json + " + " + vocab_bpe;
   // ---- encoder.json: {"token in GPT-2's byte alphabet": id, ...} ----
   {
-    const MappedFile f(encoder_json);
+    const MappedFile f = tokenizer_file(encoder_json);
     const std::string where = at(encoder_json);
     std::unordered_set<std::string> keys;  // a repeated key would silently replace the first
     json::parser_callback_t check_repeats = [&](int depth, json::parse_event_t event, json& parsed) {
@@ -202,7 +229,7 @@ BpeTokenizer BpeTokenizer::from_gpt2_files(const std::string& encoder_json, cons
     }
   }
   // ---- vocab.bpe: "#version: 0.2", then one merge "left right" per line, in priority order ----
-  const MappedFile f(vocab_bpe);
+  const MappedFile f = tokenizer_file(vocab_bpe);
   const std::vector<std::string_view> lines = lines_of(f);
   ZDL_CHECK(lines[0].starts_with("#version"), at(vocab_bpe, 1), ": expected GPT-2's '#version: 0.2' line, got '",
             shown(lines[0]), "'");
@@ -230,6 +257,7 @@ BpeTokenizer BpeTokenizer::from_gpt2_files(const std::string& encoder_json, cons
     ZDL_CHECK(fresh, where, ": the merge '", shown(text), "' repeats line ", first->second);
     t.merges_.emplace(key, Merge{static_cast<int32_t>(i), merged});
   }
+  check_every_token_is_reachable(t.tokens_, lines.size() - 1, encoder_json, vocab_bpe);
   t.finish();
   return t;
 }
@@ -238,12 +266,13 @@ BpeTokenizer BpeTokenizer::from_tiktoken(const std::string& path) {
   BpeTokenizer t;
   t.source_ = path;
   t.rule_ = MergeRule::Tiktoken;
-  const MappedFile f(path);
+  const MappedFile f = tokenizer_file(path);
   const std::vector<std::string_view> lines = lines_of(f);
   const size_t n = lines.size();  // one token a line
   ZDL_CHECK(n <= kMaxTokens, at(path), " holds ", n, " tokens, more than the ", kMaxTokens, " zerodl reads");
   t.tokens_.resize(n);
   std::vector<int64_t> line_of_rank(n);
+  std::unordered_map<int64_t, int64_t> beyond;  // rank >= n -> its line: then some rank below n is missing
   for (size_t i = 0; i < n; ++i) {
     const int64_t line = static_cast<int64_t>(i) + 1;
     const std::string where = at(path, line);
@@ -256,13 +285,34 @@ BpeTokenizer BpeTokenizer::from_tiktoken(const std::string& path) {
     const std::string_view digits = text.substr(space + 1);
     int64_t rank = -1;
     const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), rank);
-    ZDL_CHECK(err == std::errc() && end == digits.data() + digits.size() && rank >= 0 && rank < static_cast<int64_t>(n),
+    ZDL_CHECK(err == std::errc() && end == digits.data() + digits.size() && rank >= 0 &&
+                  rank < static_cast<int64_t>(kMaxTokens),
               where, ": the rank '", shown(digits), "' is not an integer in ", id_range(n));
+    if (rank >= static_cast<int64_t>(n)) {  // named with the gap it leaves, below
+      const auto [first, fresh] = beyond.emplace(rank, line);
+      ZDL_CHECK(fresh, where, ": the rank ", rank, " repeats line ", first->second);
+      continue;
+    }
     ZDL_CHECK(line_of_rank[rank] == 0, where, ": the rank ", rank, " repeats line ", line_of_rank[rank]);
     line_of_rank[rank] = line;
     const auto [same, new_token] = t.ids_.emplace(*bytes, static_cast<int32_t>(rank));
     ZDL_CHECK(new_token, where, ": the token '", shown(*bytes), "' repeats line ", line_of_rank[same->second]);
     t.tokens_[rank] = *bytes;
+  }
+  if (!beyond.empty()) {  // n lines, a rank past n - 1, no repeat: a rank below n is missing
+    const int64_t gap = std::find(line_of_rank.begin(), line_of_rank.end(), 0) - line_of_rank.begin();
+    const int64_t expected = gap == 0 ? 1 : line_of_rank[gap - 1] + 1;  // ranks are listed in order
+    std::string holds = "past the end of the file";
+    if (expected <= static_cast<int64_t>(n)) {
+      const auto rank_at = std::find(line_of_rank.begin(), line_of_rank.end(), expected);
+      const auto past = std::find_if(beyond.begin(), beyond.end(), [&](const auto& e) { return e.second == expected; });
+      holds = detail::str("holds the rank ", rank_at != line_of_rank.end() ? rank_at - line_of_rank.begin()
+                                                                          : past->first);
+    }
+    ZDL_CHECK(false, at(path, expected), ": the rank ", gap, " is missing (ranks run from 0 with no gap, one a line; ",
+              "this line, where it belongs", gap > 0 ? detail::str(" after the rank ", gap - 1) : std::string(), ", ",
+              holds, "); the file's ", n, " lines hold ranks up to ",
+              std::max_element(beyond.begin(), beyond.end())->first);
   }
   // tiktoken's rule: the pair whose concatenation is a token, ranked by that token. Every way
   // of cutting each token in two tokens is such a pair.

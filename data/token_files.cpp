@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/hash.h"
 #include "data/llmc_shard.h"
+#include "data/shard_manifest.h"
 
 namespace zdl::data {
 
@@ -84,6 +85,11 @@ TokenFiles::TokenFiles(std::string source) : source_(std::move(source)) {
     num_tokens_ += f.count;
     files_.push_back(std::move(f));
   }
+  if (format_ == TokenFormat::Llmc) {
+    std::vector<const MappedFile*> shards;
+    for (const TokenFile& f : files_) shards.push_back(&f.mapped);
+    fingerprints_ = check_shard_manifests(source_, is_glob_pattern(source_), shards);
+  }
 }
 
 int64_t TokenFiles::id(const TokenFile& f, int64_t i) const {
@@ -131,6 +137,7 @@ void TokenFiles::check_unchanged() const {
 }
 
 std::vector<DataFingerprint> TokenFiles::file_fingerprints() const {
+  if (!fingerprints_.empty()) return fingerprints_;  // hashed at open, against the manifest; unchanged since
   std::vector<DataFingerprint> fps;
   fps.reserve(files_.size());
   for (const TokenFile& f : files_)

@@ -6,6 +6,10 @@
 // files of a source must have one format. Headers are checked at open; the tokens themselves
 // are read only when a batch touches them (or a scan asks for all of them).
 //
+// llm.c shards from prepare_tokens are checked against their set's manifest
+// (data/shard_manifest.h): a pattern must match the whole set it lists, sizes and checksums
+// must match, and a set whose manifest is missing (an interrupted prepare_tokens) is refused.
+//
 // Token i of the stream is token i - first of the file holding it: file boundaries are
 // invisible to readers (TokenDataset's windows cross them; see there why).
 //
@@ -42,7 +46,8 @@ class TokenFiles {
  public:
   // Expands the pattern, maps every file and checks its header. Throws, naming the file (and
   // the numbers), for a file that cannot be read, a pattern that matches nothing, a bad llm.c
-  // header (data/llmc_shard.h) or files of mixed formats.
+  // header (data/llmc_shard.h), files of mixed formats, or shards that do not match their
+  // set's manifest (data/shard_manifest.h).
   explicit TokenFiles(std::string source);
 
   const std::string& source() const { return source_; }  // as given
@@ -72,6 +77,7 @@ class TokenFiles {
   TokenFormat format_ = TokenFormat::Bytes;
   std::vector<TokenFile> files_;
   int64_t num_tokens_ = 0;
+  std::vector<DataFingerprint> fingerprints_;  // per file, when a manifest's check hashed them all
 };
 
 }  // namespace zdl::data

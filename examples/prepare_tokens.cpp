@@ -12,9 +12,12 @@
 // <|endoftext|> and no document is split between validation and training; only a document longer
 // than a whole shard is cut, and continues at the start of the next one.
 //
-// Shards are written to temporary files and renamed into place when all are written: a failure
-// leaves none of them behind (a partial set would read as the whole dataset through a glob),
-// and shards of an earlier run under the same prefix are refused rather than mixed with.
+// Shards are written to temporary files and renamed into place when all are written, then the
+// set's manifest, PREFIX_manifest.json (data/shard_manifest.h: each shard's name, size and
+// checksum), last: a failure leaves none of them behind, and a run killed while renaming leaves
+// shards without a manifest, which train_gpt refuses (a partial set would otherwise read as the
+// whole dataset through a glob). Shards or a manifest of an earlier run under the same prefix
+// are refused rather than mixed with.
 //
 // Exit codes: 0 done, 2 bad input (flags, files), 1 a failure while writing.
 #include <unistd.h>
@@ -31,10 +34,12 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/hash.h"
 #include "data/bpe_tokenizer.h"
 #include "data/gpt2_pretokenizer.h"
 #include "data/llmc_shard.h"
 #include "data/mapped_file.h"
+#include "data/shard_manifest.h"
 #include "io/file.h"
 
 using namespace zdl;
@@ -92,22 +97,25 @@ class Documents {
 };
 
 // Shards written to temporary files beside their final names (io::AtomicFileWriter, closed but
-// not committed), renamed into place by commit() once all are written; until then the destructor
-// removes every file this object made, shards already renamed included.
+// not committed), renamed into place by commit() once all are written, the manifest that lists
+// them last; until then the destructor removes every file this object made, shards already
+// renamed included.
 class StagedShards {
  public:
+  explicit StagedShards(std::string manifest) : manifest_(std::move(manifest)) {}
   ~StagedShards() {
     for (size_t i = 0; i < renamed_; ++i) ::unlink(staged_[i]->path().c_str());
   }  // the writers not committed remove their temporary files themselves
   void write(const std::string& path, const std::vector<uint16_t>& ids) {
-    staged_.push_back(std::make_unique<io::AtomicFileWriter>(path));
-    std::string bytes = data::llmc_shard_header(static_cast<int64_t>(ids.size()));
+    std::string bytes = data::manifest_shard_header(static_cast<int64_t>(ids.size()));
     bytes.reserve(bytes.size() + 2 * ids.size());
     for (uint16_t id : ids) bytes += {static_cast<char>(id & 0xFF), static_cast<char>(id >> 8)};  // little-endian
-    staged_.back()->write(bytes.data(), bytes.size());
-    staged_.back()->close();
+    stage(path, bytes);
+    listed_.push_back({fs::path(path).filename().string(), static_cast<int64_t>(bytes.size()),
+                       fnv1a64(bytes.data(), bytes.size())});
   }
   void commit() {
+    stage(manifest_, data::shard_manifest_json(listed_));
     // Counted before its rename: a failure after it (the directory's fsync) still removes it.
     while (renamed_ < staged_.size()) staged_[renamed_++]->commit();
     staged_.clear();
@@ -115,6 +123,13 @@ class StagedShards {
   }
 
  private:
+  void stage(const std::string& path, const std::string& bytes) {
+    staged_.push_back(std::make_unique<io::AtomicFileWriter>(path));
+    staged_.back()->write(bytes.data(), bytes.size());
+    staged_.back()->close();
+  }
+  std::string manifest_;
+  std::vector<data::ManifestShard> listed_;
   std::vector<std::unique_ptr<io::AtomicFileWriter>> staged_;
   size_t renamed_ = 0;
 };
@@ -166,7 +181,8 @@ class ShardPacker {
   std::vector<std::pair<std::string, int64_t>> shards_;
 };
 
-// Shards of an earlier run under this prefix: a new set would mix with them under a glob.
+// Shards or a manifest of an earlier run under this prefix: a new set would mix with them under
+// a glob, and the old manifest would not list the new shards.
 void check_no_earlier_shards(const std::string& prefix) {
   const fs::path p(prefix);
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
@@ -176,12 +192,36 @@ void check_no_earlier_shards(const std::string& prefix) {
   const std::string name = p.filename().string();
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string f = entry.path().filename().string();
-    if (f.ends_with(".bin") && (f.starts_with(name + "_val_") || f.starts_with(name + "_train_")))
-      throw UsageError("--output: '" + entry.path().string() + "' exists, a shard of an earlier run; remove the " +
-                       name + "_val_*.bin and " + name + "_train_*.bin files there or choose another --output " +
-                       "(a new set would mix with the old one under a glob)");
+    const bool shard = f.ends_with(".bin") && (f.starts_with(name + "_val_") || f.starts_with(name + "_train_"));
+    if (shard || f == fs::path(data::shard_manifest_path(name)).filename())
+      throw UsageError("--output: '" + entry.path().string() + "' exists, " +
+                       (shard ? "a shard" : "the manifest") + " of an earlier run; remove the " + name +
+                       "_val_*.bin, " + name + "_train_*.bin and " + name + "_manifest.json files there or choose " +
+                       "another --output (a new set would mix with the old one under a glob)");
   }
   if (ec) throw UsageError("--output: cannot list the directory '" + dir.string() + "': " + ec.message());
+}
+
+// Below this many tokens a shard holds less than its own 1024-byte header, and each shard is a
+// file written and synced on its own: --shard-tokens 1 writes a few hundred bytes of text a second.
+constexpr int64_t kFewestShardTokens = data::kLlmcHeaderBytes / data::kLlmcTokenBytes;
+
+// Says, on stderr, how many shards --shard-tokens below kFewestShardTokens makes at most: one
+// token per byte of the text and one per document bound the tokens.
+void warn_if_shards_are_tiny(const Args& a, std::string_view text) {
+  if (a.shard_tokens >= kFewestShardTokens) return;
+  int64_t docs = 0;
+  Documents d(text, a.doc_split);
+  for (std::string_view doc; d.next(doc);) ++docs;
+  const int64_t most = (static_cast<int64_t>(text.size()) + docs + a.shard_tokens - 1) / a.shard_tokens +
+                       (a.val_tokens > 0 ? 1 : 0);
+  std::fprintf(stderr,
+               "prepare_tokens: warning: --shard-tokens %lld makes up to %lld shards of '%s', each a file with a "
+               "%lld-byte header (more than its tokens take below %lld), written and synced one by one: slow, and "
+               "mostly headers; llm.c's shards hold 100M tokens\n",
+               static_cast<long long>(a.shard_tokens), static_cast<long long>(most), a.input.c_str(),
+               static_cast<long long>(data::kLlmcHeaderBytes), static_cast<long long>(kFewestShardTokens));
+  std::fflush(stderr);
 }
 
 // "812 bytes", "45.3 kB", "1.1 MB", "9.8 GB".
@@ -215,12 +255,14 @@ int run(const Args& a) {
     throw UsageError(std::string("--input: ") + e.what());
   }
 
-  // ---- encoding and writing (exit 1) ----
   const std::string_view text(reinterpret_cast<const char*>(input->data()), static_cast<size_t>(input->size()));
+  warn_if_shards_are_tiny(a, text);
+
+  // ---- encoding and writing (exit 1) ----
   const auto start = std::chrono::steady_clock::now();
   auto last_report = start;
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  StagedShards staged;
+  StagedShards staged(data::shard_manifest_path(a.output));
   ShardPacker packer(a, staged);
   Documents docs(text, a.doc_split);
   int64_t num_docs = 0, num_tokens = 0;

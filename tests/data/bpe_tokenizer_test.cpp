@@ -497,6 +497,52 @@ TEST(BpeTokenizer, MalformedGpt2FilesAreErrorsNamingFileAndLine) {
   expect_has(with(good_enc, good_bpe + "x y\n"), {"line 14", "makes 'xy', which is not in"});
   expect_has(with(good_enc, good_bpe + "h e\n"), {"line 14", "'h e' repeats line 2"});
   expect_has(with(good_enc, good_bpe + "h\xff e\n"), {"line 14", "is not UTF-8"});
+  expect_has(with("", good_bpe), {"the tokenizer file '" + enc + "' is empty"});
+  expect_has(with(good_enc, ""), {"the tokenizer file '" + bpe + "' is empty"});
+}
+
+// vocab.bpe cut short at a line boundary parses line by line; the count gives it away: the
+// tokens of encoder.json must be the 256 bytes, one per merge and the specials.
+TEST(BpeTokenizer, AVocabularyWithTokensNoMergeMakesIsRefused) {
+  TempDir dir;
+  const Vocab v = train(generated_text(3000, 5), 200);
+  write_both(dir, v);
+  ASSERT_EQ(BpeTokenizer::load(dir / "gpt2").vocab_size(), 256 + 200 + 1);
+  const std::string bpe = testing::read_bytes(dir / "gpt2/vocab.bpe");
+  size_t cut = 0;
+  for (int line = 0; line < 1 + 108; ++line) cut = bpe.find('\n', cut) + 1;
+  dir.write("gpt2/vocab.bpe", bpe.substr(0, cut));  // 108 of the 200 merges
+  expect_has(error_of([&] { BpeTokenizer::load(dir / "gpt2"); }),
+             {"encoder.json' holds 457 tokens", "vocab.bpe' 108 merges", "1 special token(s), 365 here",
+              "92 tokens no merge makes"});
+  // Without <|endoftext|>: 256 + 200 exactly.
+  Vocab plain = v;
+  plain.eot = false;
+  write_both(dir, plain);
+  EXPECT_EQ(BpeTokenizer::load(dir / "gpt2").vocab_size(), 456);
+}
+
+// Files saved with Windows line ends read as the same tokenizer (tiktoken accepts them too).
+TEST(BpeTokenizer, CrlfLineEndsAreAccepted) {
+  TempDir dir;
+  const Vocab v = hand_vocab();
+  write_both(dir, v);
+  auto crlf = [](const std::string& text) {
+    std::string out;
+    for (char c : text) out += c == '\n' ? std::string("\r\n") : std::string(1, c);
+    return out;
+  };
+  std::filesystem::create_directories(dir / "crlf");
+  dir.write("crlf/encoder.json", encoder_json(v));
+  dir.write("crlf/vocab.bpe", crlf(vocab_bpe(v)));
+  dir.write("crlf.tiktoken", crlf(tiktoken_file(v)));
+  const std::string text = "hello world, it's 12 \r\n  ok";
+  const std::vector<int64_t> want = BpeTokenizer::load(dir / "gpt2").encode(text);
+  for (const char* path : {"crlf", "crlf.tiktoken"}) {
+    const BpeTokenizer tok = BpeTokenizer::load(dir / path);
+    EXPECT_EQ(tok.vocab_size(), 269) << path;
+    EXPECT_EQ(tok.encode(text), want) << path;
+  }
 }
 
 TEST(BpeTokenizer, MalformedTiktokenFilesAreErrorsNamingFileAndLine) {
@@ -519,12 +565,20 @@ TEST(BpeTokenizer, MalformedTiktokenFilesAreErrorsNamingFileAndLine) {
   expect_has(with(good + "aGVsbG8= 99999999999\n"), {line, "the rank '99999999999'"});
   expect_has(with(good + "aGVsbG8= 3\n"), {line, "the rank 3 repeats line 4"});
   expect_has(with(good + base64("hello") + " 268\n"), {line, "the token 'hello' repeats line 260"});
-  expect_has(with(good + base64("zzz") + " 300\n"), {line, "the rank '300' is not an integer in [0, 269)"});
-  expect_has(with(good.substr(good.find('\n') + 1)), {"line 267", "the rank '267' is not an integer in [0, 267)"});
+  // A rank past the last one leaves a gap below it: the gap is named, at the line it belongs on.
+  expect_has(with(good + base64("zzz") + " 300\n"),
+             {line, "the rank 268 is missing", "after the rank 267, holds the rank 300", "ranks up to 300"});
+  expect_has(with(good.substr(good.find('\n') + 1)),
+             {"v.tiktoken' line 1:", "the rank 0 is missing", "holds the rank 1"});
+  std::string gap = good;
+  const std::string rank_100 = base64(std::string(1, '\x64')) + " 100\n";
+  gap.erase(gap.find(rank_100), rank_100.size());
+  expect_has(with(gap), {"v.tiktoken' line 101:", "the rank 100 is missing", "after the rank 99, holds the rank 101",
+                         "267 lines hold ranks up to 267"});
   std::string no_newline_byte = good;
   no_newline_byte.replace(no_newline_byte.find(base64("\n") + " 10\n"), base64("\n").size(), base64("\n\n"));
   expect_has(with(no_newline_byte), {"no token for the byte 0xa"});
-  expect_has(with(""), {"v.tiktoken", "empty"});
+  expect_has(with(""), {"the tokenizer file '" + path + "' is empty"});
   std::filesystem::create_directories(dir / "d.tiktoken");
   expect_has(error_of([&] { BpeTokenizer::load(dir / "d.tiktoken"); }), {"holds no encoder.json"});
 }

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <numeric>
 
@@ -292,6 +295,55 @@ TEST(LlmcData, FingerprintCoversEveryShardsSizeAndContents) {
   if (!msg.empty()) expect_has(msg, {dir / "f_1.bin", "changed during the run"});
   std::filesystem::resize_file(dir / "f_0.bin", 1100);
   expect_has(error_of([&] { files.check_unchanged(); }), {dir / "f_0.bin", "changed during the run"});
+}
+
+// The process's soft limit on open files lowered to `soft` for one scope (the hard limit stays,
+// so it comes back).
+class OpenFileLimit {
+ public:
+  explicit OpenFileLimit(rlim_t soft) {
+    ::getrlimit(RLIMIT_NOFILE, &saved_);
+    struct rlimit lowered = saved_;
+    lowered.rlim_cur = soft;
+    EXPECT_EQ(::setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  }
+  ~OpenFileLimit() { ::setrlimit(RLIMIT_NOFILE, &saved_); }
+
+ private:
+  struct rlimit saved_ {};
+};
+
+// The lowest free descriptor: the files this process holds open now, about.
+int open_files() {
+  const int fd = ::dup(0);
+  ::close(fd);
+  return fd;
+}
+
+// A dataset holds no descriptor per file: more shards than `ulimit -n` allows open at once load
+// and read. Where opening does hit the limit, the error says which limit and how to raise it.
+TEST(LlmcData, MoreShardsThanTheOpenFileLimitLoad) {
+  TempDir dir;
+  constexpr int kShards = 300;
+  std::vector<int64_t> stream;
+  for (int k = 0; k < kShards; ++k) {
+    char name[32];
+    std::snprintf(name, sizeof name, "many_%04d.bin", k);
+    const auto t = ids(3, k);
+    dir.write(name, llmc_shard(t));
+    stream.insert(stream.end(), t.begin(), t.end());
+  }
+  {
+    const OpenFileLimit limit(static_cast<rlim_t>(open_files() + 64));
+    TokenFiles files(dir / "many_*.bin");
+    EXPECT_EQ(files.files().size(), static_cast<size_t>(kShards));
+    EXPECT_EQ(read_all(files), stream);
+    EXPECT_NO_THROW(files.check_unchanged());
+    EXPECT_EQ(files.file_fingerprints().size(), static_cast<size_t>(kShards));
+  }
+  const OpenFileLimit none_left(static_cast<rlim_t>(open_files()));
+  expect_has(error_of([&] { TokenFiles f(dir / "many_0000.bin"); }),
+             {"many_0000.bin", "RLIMIT_NOFILE", "ulimit -n"});
 }
 
 TEST(DataFingerprint, ParseIsTheInverseOfToString) {

@@ -518,10 +518,12 @@ class TrainGptCli(unittest.TestCase):
         prefix = self.p("shards/para")
         p = self.prepare("--input", path, "--tokenizer", self.p("tok"), "--output", prefix, "--val-tokens", "600",
                          "--shard-tokens", "2500")
-        names = sorted(os.listdir(self.p("shards")))
+        listed = sorted(os.listdir(self.p("shards")))
+        self.assertEqual([n for n in listed if not n.startswith("para_")], [])  # no temporary files left
+        names = [n for n in listed if n.endswith(".bin")]
+        self.assertEqual(listed, sorted(names + ["para_manifest.json"]))
         self.assertEqual(names[0], "para_train_000001.bin")
         self.assertEqual(names[-1], "para_val_000000.bin")
-        self.assertEqual([n for n in names if not n.startswith("para_")], [])  # no temporary files left
         shards = [read_llmc_shard(self.p("shards/" + n)) for n in [names[-1], *names[:-1]]]  # val first
         self.assertGreaterEqual(len(shards), 4, p.stdout)
         self.assertLessEqual(len(shards[0]), 600)
@@ -630,6 +632,88 @@ class TrainGptCli(unittest.TestCase):
             for needle in needles:
                 self.assertIn(needle, p.stderr, f"{args}: {p.stderr}")
             self.assertLessEqual(len(p.stderr.strip().splitlines()), 2, p.stderr)
+
+    def test_prepare_tokens_manifest_makes_the_set_atomic(self):
+        path, text = self.bpe_text()
+        train_bpe_tokenizer(self.p("tok"), text, 40)
+        os.mkdir(self.p("shards"))
+        prefix = self.p("shards/para")
+        self.prepare("--input", path, "--tokenizer", self.p("tok"), "--output", prefix, "--val-tokens", "600",
+                     "--shard-tokens", "600")
+        names = sorted(n for n in os.listdir(self.p("shards")) if n.endswith(".bin"))
+        self.assertGreater(len(names), 20)  # many small shards: a wide window for an interruption
+        with open(prefix + "_manifest.json") as f:
+            manifest = json.load(f)
+        self.assertEqual((manifest["format"], manifest["shards"]), ("zerodl-llmc-shards", len(names)))
+        self.assertEqual(sorted(e["name"] for e in manifest["files"]), names)
+        for e in manifest["files"]:
+            self.assertEqual(e["bytes"], os.path.getsize(self.p("shards/" + e["name"])), e)
+        train = prefix + "_train_*.bin"
+        base = ["--data", train, *SMALL, "--steps", "1"]
+        run(*base)
+
+        def refused(needles, what):
+            p = run(*base, check=False)
+            self.assertEqual(p.returncode, 2, f"{what}: exit {p.returncode}\n{p.stderr}")
+            for needle in needles:
+                self.assertIn(needle, p.stderr, what)
+            self.assertLessEqual(len(p.stderr.strip().splitlines()), 2, p.stderr)
+
+        # Interrupted while renaming: the first shards in place, the rest and the manifest not.
+        shutil.move(prefix + "_manifest.json", self.p("manifest.json"))
+        later = [self.p("shards/" + n) for n in names[len(names) // 2:-1]]
+        for f in later:
+            shutil.move(f, f + ".away")
+        refused(["para_train_000001.bin", "written by prepare_tokens", "para_manifest.json", "interrupted"],
+                "no manifest")
+        shutil.move(self.p("manifest.json"), prefix + "_manifest.json")
+        refused([os.path.basename(later[0]) + "' is missing", "para_manifest.json",
+                 f"lists {len(names) - 1} shards"], "shards missing")
+        for f in later:
+            shutil.move(f + ".away", f)
+        run(*base)
+        # A rerun under the prefix is refused while any file of the old set is there, the manifest too.
+        for n in names:
+            os.remove(self.p("shards/" + n))
+        p = self.prepare("--input", path, "--tokenizer", self.p("tok"), "--output", prefix, check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("para_manifest.json' exists, the manifest of an earlier run", p.stderr)
+        os.remove(prefix + "_manifest.json")
+        self.prepare("--input", path, "--tokenizer", self.p("tok"), "--output", prefix, "--val-tokens", "600",
+                     "--shard-tokens", "600")
+        run(*base)
+
+    def test_shards_more_than_the_open_file_limit_load(self):
+        # 1,100 shards under `ulimit -n 256`: no descriptor is held per shard.
+        os.mkdir(self.p("many"))
+        for k in range(1100):
+            write_llmc_shard(self.p(f"many/m_{k:06d}.bin"), pattern_tokens(20, k))
+
+        def low_limit():
+            import resource
+            resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+        p = subprocess.run([TRAIN_GPT, "--data", self.p("many/m_*.bin"), *SMALL, "--steps", "2"], capture_output=True,
+                           text=True, timeout=600, preexec_fn=low_limit)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("(22000 tokens, llm.c, 1100 files)", p.stdout)
+
+    def test_prepare_tokens_warns_of_tiny_shards(self):
+        path = self.p("short.txt")
+        with open(path, "w") as f:
+            f.write("the cat sat on the mat. " * 5)
+        train_bpe_tokenizer(self.p("tok"), "the cat sat on the mat. " * 50, 10)
+        os.mkdir(self.p("shards"))
+        p = self.prepare("--input", path, "--tokenizer", self.p("tok"), "--output", self.p("shards/t"),
+                         "--val-tokens", "0", "--doc-split", "none", "--shard-tokens", "1")
+        # One token per byte at most, and the end-of-text token: 121 shards at most.
+        self.assertIn("warning: --shard-tokens 1 makes up to 121 shards of", p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        made = [n for n in os.listdir(self.p("shards")) if n.endswith(".bin")]
+        self.assertLessEqual(len(made), 121)
+        p = self.prepare("--input", path, "--tokenizer", self.p("tok"), "--output", self.p("shards/u"),
+                         "--val-tokens", "0", "--shard-tokens", "512")
+        self.assertEqual(p.stderr, "")
 
     @unittest.skipIf(MPIRUN is None, "no mpirun")
     def test_export_hf_from_the_run_equals_the_consolidated_checkpoint(self):
