@@ -95,13 +95,14 @@ void report_step(Session& x, const dist::StepResult& r, int64_t step, int64_t fi
 // (`stop_signal`, StepResult's) ends the run here. A signal saves at once, off the cadence.
 bool after_step(Session& x, int64_t step, int stop_signal, io::Progress& progress) {
   const Args& a = x.a;
-  const bool last = step + 1 == a.steps || step + 1 == a.stop_after || stop_signal != 0;
-  if (a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || last) && a.val_fraction > 0) {
+  const bool last = step + 1 == a.steps || step + 1 == a.stop_after;
+  // An interrupted run saves and goes: no evaluation keeps the user waiting.
+  if (stop_signal == 0 && a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || last) && a.val_fraction > 0) {
     const double val = evaluate(x, data::Split::Val, a.eval_batches).first;
     progress.message(detail::str("step ", step + 1, ": val_loss ", val));
     x.s.metrics->write({{"step", step + 1}, {"val_loss", val}});
   }
-  if (!a.save.empty() && (last || (a.save_every > 0 && (step + 1) % a.save_every == 0))) {
+  if (!a.save.empty() && (last || stop_signal != 0 || (a.save_every > 0 && (step + 1) % a.save_every == 0))) {
     save(x, step + 1);
     progress.message("saved checkpoint to " + a.save);
   }
