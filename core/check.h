@@ -43,6 +43,13 @@ std::string str(const Args&... args) {
 
 }  // namespace detail
 
+// A check of the user's input (a file's field, a path): on failure throws zdl::Error with the
+// message alone. ZDL_CHECK adds the code location, which helps with a bug, not with a bad file.
+template <class... Args>
+void require(bool ok, const Args&... parts) {
+  if (!ok) throw Error(detail::str(parts...));
+}
+
 // Formats a shape as [2,3,4]; used by every shape error message.
 inline std::string shape_str(const std::vector<int64_t>& v) { return detail::str(v); }
 

@@ -48,6 +48,8 @@ struct TokenDatasetOptions {
   int64_t batch_size = 8;     // B: rows of the GLOBAL batch (all ranks together)
   int64_t seq_len = 128;      // T
   double val_fraction = 0.1;  // last fraction of the tokens held out; 0 = no validation split
+  bool val_required = true;   // false: a held-out split too small for one batch is allowed (a run
+                              // that never validates keeps the split, so its data order is the same)
   uint64_t seed = 1337;
   int64_t rank = 0;           // this process's rows of the global batch ...
   int64_t world_size = 1;     // ... out of N
@@ -62,8 +64,9 @@ struct Batch {
 class TokenDataset {
  public:
   // Reads `files` and checks the options: B, T >= 1; 0 <= val_fraction < 1; 0 <= rank < N;
-  // B divisible by N; every non-empty split holds at least B*T + 1 tokens; every id is below
-  // vocab_size. Errors name the source (the file, for an id) and the numbers.
+  // B divisible by N; every non-empty split holds at least B*T + 1 tokens (the val split only if
+  // val_required); every id is below vocab_size. Errors name the source (the file, for an id) and
+  // the numbers.
   TokenDataset(TokenFiles files, const TokenDatasetOptions& opts);
   // Opens TokenFiles(path_or_pattern) (see there for its errors).
   TokenDataset(const std::string& path_or_pattern, const TokenDatasetOptions& opts);

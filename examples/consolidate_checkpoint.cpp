@@ -15,6 +15,7 @@
 #include "core/check.h"
 #include "dist/checkpoint/sharded_checkpoint.h"
 #include "io/gpt2_format.h"
+#include "io/hf_dir.h"
 
 int main(int argc, char** argv) {
   if (argc != 3 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
@@ -37,8 +38,8 @@ int main(int argc, char** argv) {
     const auto config = st.metadata.find("config");
     ZDL_CHECK(config != st.metadata.end(), "the checkpoint has no GPT config in its metadata[\"config\"]");
     const zdl::nn::GPTConfig cfg = zdl::io::gpt_config_from_json(config->second, "the checkpoint's model config");
-    // Only OUT itself is created (its parent must exist), and removed again on any failure (e.g.
-    // an OUT inside the checkpoint, which consolidate_sharded refuses before writing).
+    // Only OUT itself is created (its parent must exist), with both files at once; nothing is
+    // left on a failure (e.g. an OUT inside the checkpoint, which consolidate_sharded refuses).
     zdl::io::write_hf_dir(out, cfg, [&](const std::string& weights) { zdl::dist::consolidate_sharded(ckpt, weights); });
     std::printf("wrote %s (model.safetensors, config.json; step %lld)\n", out.c_str(), static_cast<long long>(st.step));
     return 0;

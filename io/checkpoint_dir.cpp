@@ -1,9 +1,11 @@
 #include "io/checkpoint_dir.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -132,12 +134,6 @@ void swap_into_place(const std::string& dir, const OwnedName& owns) {
                  dir.c_str(), previous.c_str(), ec.message().c_str());
 }
 
-// A startup check's failure: the message alone (it is the user's input, not a code location).
-template <class... Args>
-void require(bool ok, const Args&... parts) {
-  if (!ok) throw Error(detail::str(parts...));
-}
-
 void check_checkpoint_destination(const std::string& dir, const char* marker_file) {
   std::error_code ec;
   const fs::path p(dir);
@@ -155,12 +151,24 @@ void check_checkpoint_destination(const std::string& dir, const char* marker_fil
   const std::string parent = checkpoint_parent(dir);
   fs::create_directories(parent, ec);
   require(!ec, "cannot create the directory '", parent, "' for '", dir, "': ", ec.message());
+  check_can_write_in(parent, dir);
+}
+
+void check_can_write_in(const std::string& parent, const std::string& dir, int64_t bytes) {
   std::string probe = parent + "/.zdl-save-probe.XXXXXX";
   const int fd = ::mkstemp(probe.data());
   const int err = errno;
   require(fd >= 0, "cannot write in '", parent, "' (where '", dir, "' goes): ", std::strerror(err));
   ::close(fd);
   ::unlink(probe.c_str());
+  if (bytes <= 0) return;
+  struct statvfs fsinfo {};
+  if (::statvfs(parent.c_str(), &fsinfo) != 0) return;  // unknown: the write reports a full disk itself
+  const double free_bytes = static_cast<double>(fsinfo.f_bavail) * static_cast<double>(fsinfo.f_frsize);
+  constexpr double MB = 1e6;
+  require(free_bytes >= static_cast<double>(bytes), "'", parent, "' (where '", dir, "' goes) has ",
+          std::lround(free_bytes / MB), " MB free, and '", dir, "' needs ", std::lround(static_cast<double>(bytes) / MB),
+          " MB: free some space or choose another place");
 }
 
 std::string hex64(uint64_t v) {

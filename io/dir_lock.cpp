@@ -9,6 +9,8 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <mutex>
+#include <set>
 
 #include "core/check.h"
 #include "io/checkpoint_dir.h"
@@ -37,7 +39,22 @@ std::string this_process() {
   return detail::str("host '", host, "', pid ", ::getpid(), ", since ", when);
 }
 
+// The lock files this process holds, by absolute path.
+std::mutex held_mutex;
+std::set<std::string>& held_paths() {
+  static std::set<std::string> paths;
+  return paths;
+}
+std::string held_key(const std::string& lock_path) {
+  return std::filesystem::absolute(lock_path).lexically_normal().string();
+}
+
 }  // namespace
+
+bool DirLock::held_here(const std::string& dir) {
+  std::lock_guard<std::mutex> g(held_mutex);
+  return held_paths().count(held_key(checkpoint_sibling(dir, ".lock"))) > 0;
+}
 
 DirLock::DirLock(const std::string& dir) : path_(checkpoint_sibling(dir, ".lock")) {
   std::error_code ec;
@@ -68,6 +85,10 @@ DirLock::DirLock(const std::string& dir) : path_(checkpoint_sibling(dir, ".lock"
     ::close(fd_);
     fd_ = -1;
   }
+  {
+    std::lock_guard<std::mutex> g(held_mutex);
+    held_paths().insert(held_key(path_));
+  }
   const std::string me = this_process() + "\n";
   // Best effort: the name only makes a contender's message clearer; the flock is the lock.
   [[maybe_unused]] const bool named =
@@ -76,6 +97,10 @@ DirLock::DirLock(const std::string& dir) : path_(checkpoint_sibling(dir, ".lock"
 
 DirLock::~DirLock() {
   if (fd_ < 0) return;
+  {
+    std::lock_guard<std::mutex> g(held_mutex);
+    held_paths().erase(held_key(path_));
+  }
   ::unlink(path_.c_str());  // while still held: a contender that opened it sees it gone and starts again
   ::close(fd_);             // closing the last descriptor releases the flock
 }

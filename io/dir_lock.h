@@ -20,6 +20,9 @@ class DirLock {
 
   // The lock file ("<parent>/.<name>.lock").
   const std::string& path() const { return path_; }
+  // True while a DirLock of this process holds `dir`: for writers that take the lock themselves
+  // unless their caller already holds it (a second DirLock on it would be refused).
+  static bool held_here(const std::string& dir);
 
  private:
   std::string path_;

@@ -90,6 +90,13 @@ Metadata gpt2_metadata(const nn::GPTConfig& cfg) {
           {"block_size", std::to_string(cfg.block_size)}};
 }
 
+int64_t gpt2_file_bytes(const nn::GPTConfig& cfg, DType dtype) {
+  int64_t elements = 0;
+  for (const auto& e : gpt2_layout(cfg)) elements += numel_of(e.file_shape);
+  constexpr int64_t kHeaderBound = int64_t{1} << 20;  // names, shapes, offsets and metadata: far below
+  return elements * static_cast<int64_t>(element_size(dtype)) + kHeaderBound;
+}
+
 void export_gpt2(const nn::GPT& model, const std::string& path, const Metadata& extra_metadata) {
   const nn::GPTConfig& cfg = model.config;
   std::map<std::string, Tensor> params;
@@ -115,42 +122,6 @@ void export_gpt2(const nn::GPT& model, const std::string& path, const Metadata& 
   Metadata meta = extra_metadata;
   for (auto& [k, v] : gpt2_metadata(cfg)) meta[k] = v;
   save_safetensors(path, out, meta);
-}
-
-namespace {
-std::filesystem::path hf_dir_path(const std::string& dir) {
-  namespace fs = std::filesystem;
-  fs::path d = fs::path(dir).lexically_normal();
-  if (d.filename().empty()) d = d.parent_path();  // "hf_model/" -> "hf_model"
-  const fs::path parent = d.has_parent_path() ? d.parent_path() : ".";
-  ZDL_CHECK(fs::is_directory(parent), "the directory '", parent.string(), "' (where '", dir, "' goes) does not exist");
-  ZDL_CHECK(!fs::exists(d) || fs::is_directory(d), "'", dir, "' exists and is not a directory");
-  return d;
-}
-}  // namespace
-
-void check_hf_dir_destination(const std::string& dir) { hf_dir_path(dir); }
-
-void write_hf_dir(const std::string& dir, const nn::GPTConfig& cfg,
-                  const std::function<void(const std::string& weights_path)>& write_weights) {
-  namespace fs = std::filesystem;
-  const fs::path d = hf_dir_path(dir);
-  const bool made = fs::create_directory(d);
-  try {
-    write_weights((d / kHfWeightsFile).string());
-    const std::string text = hf_gpt2_config_json(cfg);
-    AtomicFileWriter w((d / "config.json").string());
-    w.write(text.data(), text.size());
-    w.commit();
-  } catch (...) {
-    std::error_code ec;
-    if (made) fs::remove_all(d, ec);
-    throw;
-  }
-}
-
-void export_hf_dir(const nn::GPT& model, const std::string& dir, const Metadata& extra_metadata) {
-  write_hf_dir(dir, model.config, [&](const std::string& path) { export_gpt2(model, path, extra_metadata); });
 }
 
 nn::GPTConfig config_from_gpt2_file(const std::string& path, const GPT2ConfigOverrides& overrides) {
@@ -205,11 +176,14 @@ nn::GPTConfig config_from_gpt2_file(const std::string& path, const GPT2ConfigOve
   else if (int64_t p = metadata_int(path, h.metadata, "padded_vocab_size"); p > cfg.vocab_size) cfg.padded_vocab_size = p;
 
   const int64_t meta_heads = metadata_int(path, h.metadata, "n_head");
-  ZDL_CHECK(meta_heads > 0 || overrides.n_head > 0, "GPT-2 file '", path,
-            "' does not record n_head (HF files keep it in config.json): pass it in the overrides, e.g. "
-            "{.n_head = 12} for GPT-2 small");
-  ZDL_CHECK(meta_heads == 0 || overrides.n_head == 0 || meta_heads == overrides.n_head, "GPT-2 file '", path,
-            "' was written with n_head=", meta_heads, " but the overrides say n_head=", overrides.n_head);
+  require(meta_heads > 0 || overrides.n_head > 0, "GPT-2 file '", path,
+            "' does not record n_head (Hugging Face files keep it in config.json next to them): give it with ",
+            overrides.n_head_source.empty() ? "the overrides, e.g. {.n_head = 12} for GPT-2 small"
+                                            : overrides.n_head_source + " (12 for GPT-2 small)");
+  require(meta_heads == 0 || overrides.n_head == 0 || meta_heads == overrides.n_head, "GPT-2 file '", path,
+            "' was written with n_head=", meta_heads, " but ",
+            overrides.n_head_source.empty() ? "the overrides say" : overrides.n_head_source + " says",
+            " n_head=", overrides.n_head);
   cfg.n_head = overrides.n_head > 0 ? overrides.n_head : meta_heads;
   cfg.bias = by_name.count("ln_f.bias") > 0;
   cfg.dropout = overrides.dropout;
@@ -289,30 +263,6 @@ std::string gpt_config_to_json(const nn::GPTConfig& c) {
                                 {"n_head", c.n_head},         {"n_embd", c.n_embd},
                                 {"dropout", c.dropout},       {"bias", c.bias}}
       .dump();
-}
-
-std::string hf_gpt2_config_json(const nn::GPTConfig& c) {
-  const int64_t last_id = c.vocab_size - 1;
-  return nlohmann::ordered_json{{"architectures", {"GPT2LMHeadModel"}},
-                                {"model_type", "gpt2"},
-                                {"vocab_size", c.vocab_size},
-                                {"n_positions", c.block_size},
-                                {"n_ctx", c.block_size},
-                                {"n_embd", c.n_embd},
-                                {"n_layer", c.n_layer},
-                                {"n_head", c.n_head},
-                                {"n_inner", nullptr},
-                                {"activation_function", "gelu_new"},
-                                {"resid_pdrop", 0.0},
-                                {"embd_pdrop", 0.0},
-                                {"attn_pdrop", 0.0},
-                                {"layer_norm_epsilon", 1e-5},
-                                {"initializer_range", 0.02},
-                                {"bos_token_id", last_id},
-                                {"eos_token_id", last_id},
-                                {"tie_word_embeddings", true}}
-             .dump(2) +
-         "\n";
 }
 
 nn::GPTConfig gpt_config_from_json(const std::string& text, const std::string& what) {

@@ -43,6 +43,7 @@ namespace zdl::io {
 // What a file cannot say about the architecture, and run-time settings.
 struct GPT2ConfigOverrides {
   int64_t n_head = 0;             // 0: from the file's metadata (required when absent: HF files)
+  std::string n_head_source;      // where n_head comes from, for messages ("": the overrides)
   int64_t padded_vocab_size = 0;  // 0: no padding
   double dropout = 0.0;
 };
@@ -65,6 +66,10 @@ std::vector<Gpt2Tensor> gpt2_layout(const nn::GPTConfig& cfg);
 // padded_vocab_size, block_size.
 Metadata gpt2_metadata(const nn::GPTConfig& cfg);
 
+// The size of export_gpt2's file for this config with parameters of `dtype` (the tensors' bytes
+// and a bound on the header).
+int64_t gpt2_file_bytes(const nn::GPTConfig& cfg, DType dtype);
+
 // Writes the model (any device) to `path` atomically; extra metadata is merged in.
 void export_gpt2(const nn::GPT& model, const std::string& path, const Metadata& extra_metadata = {});
 
@@ -78,27 +83,6 @@ nn::GPTConfig config_from_gpt2_file(const std::string& path, const GPT2ConfigOve
 // "bias"}.
 std::string gpt_config_to_json(const nn::GPTConfig& cfg);
 
-// Hugging Face transformers' config.json for this model, next to a GPT-2-layout export named
-// model.safetensors, so that GPT2LMHeadModel.from_pretrained(dir) loads the directory as is:
-// n_positions, n_embd, n_layer, n_head, the real vocabulary (bos/eos = its last id, inside it),
-// GELU's tanh form ("gelu_new"), LayerNorm eps 1e-5, no dropout, tied embeddings.
-std::string hf_gpt2_config_json(const nn::GPTConfig& cfg);
-// The weights' file name in such a directory (what from_pretrained and --init-from DIR read).
-inline constexpr const char* kHfWeightsFile = "model.safetensors";
-
-// Checks where such a directory can go (its parent exists; it is a directory or absent), for a
-// program to refuse a bad path before its work rather than after it; throws naming the problem.
-void check_hf_dir_destination(const std::string& dir);
-
-// Writes such a directory: write_weights(dir/model.safetensors) writes the GPT-2-layout weights,
-// then config.json for `cfg` follows. Each file is replaced atomically; only `dir` itself is
-// created (its parent must exist), and removed again if this call created it and then failed.
-void write_hf_dir(const std::string& dir, const nn::GPTConfig& cfg,
-                  const std::function<void(const std::string& weights_path)>& write_weights);
-
-// A model's directory for GPT2LMHeadModel.from_pretrained (export_gpt2 + config.json), e.g. from
-// a running program (under ZeRO-3 inside dist::GatheredParameters, written by one rank).
-void export_hf_dir(const nn::GPT& model, const std::string& dir, const Metadata& extra_metadata = {});
 // Parses that text strictly (integers must be integers in range; padded_vocab_size, dropout and
 // bias may be absent) and validates the config; errors start with `what`.
 nn::GPTConfig gpt_config_from_json(const std::string& text, const std::string& what);

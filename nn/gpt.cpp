@@ -37,7 +37,7 @@ GPT::GPT(const GPTConfig& cfg) : Module("GPT"), config(cfg) {
   auto blocks = std::make_shared<Module>("ModuleList");
   for (int64_t i = 0; i < cfg.n_layer; ++i) h.push_back(blocks->register_module(std::to_string(i), std::make_shared<Block>(bo)));
   register_module("h", blocks);
-  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(LayerNormOptions{cfg.n_embd, 1e-5, cfg.bias}));
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(LayerNormOptions{cfg.n_embd, kGptLayerNormEps, cfg.bias}));
 }
 
 Tensor GPT::hidden(const Tensor& ids) {

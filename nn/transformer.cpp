@@ -45,9 +45,9 @@ Tensor MLP::forward(const Tensor& x) {
 }
 
 Block::Block(const BlockOptions& o) : Module("Block") {
-  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(LayerNormOptions{o.n_embd, 1e-5, o.bias}));
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(LayerNormOptions{o.n_embd, kGptLayerNormEps, o.bias}));
   attn = register_module("attn", std::make_shared<CausalSelfAttention>(o));
-  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(LayerNormOptions{o.n_embd, 1e-5, o.bias}));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(LayerNormOptions{o.n_embd, kGptLayerNormEps, o.bias}));
   mlp = register_module("mlp", std::make_shared<MLP>(o));
 }
 

@@ -10,6 +10,9 @@
 
 namespace zdl::nn {
 
+// GPT-2's LayerNorm epsilon, in every LayerNorm of a Block and of nn::GPT (exports state it).
+inline constexpr double kGptLayerNormEps = 1e-5;
+
 struct BlockOptions {
   int64_t n_embd = 0;         // C
   int64_t n_head = 0;         // NH (HS = C / NH)

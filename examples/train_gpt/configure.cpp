@@ -8,6 +8,7 @@
 #include "examples/train_gpt/model_config.h"
 #include "io/checkpoint_dir.h"
 #include "io/gpt2_format.h"
+#include "io/hf_dir.h"
 #include "io/program_main.h"
 #include "nn/gpt_memory.h"
 
@@ -84,6 +85,10 @@ void check_model(Args& a, const CLI::App& app, Setup& s, const data::TokenFiles&
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
+  if (a.activation_checkpointing > s.cfg.n_layer)
+    throw UsageError(detail::str("--activation-checkpointing ", a.activation_checkpointing, " exceeds the model's ",
+                                 s.cfg.n_layer, " layers: K checkpoints blocks 0, K, 2K, ...; give 1 to ",
+                                 s.cfg.n_layer, " (", s.cfg.n_layer, ": block 0 only), or 0 for none"));
   if (a.seq > s.cfg.block_size)
     throw UsageError(detail::str("--seq ", a.seq, " exceeds the model's context length ", s.cfg.block_size,
                                  s.resumed ? " (the checkpoint's model)" : !a.init_from.empty() ? " (the --init-from file's)" : ""));
@@ -123,6 +128,7 @@ void open_dataset(const Args& a, Setup& s, data::TokenFiles files, const dist::C
     s.ds = std::make_unique<data::TokenDataset>(
         std::move(files), data::TokenDatasetOptions{.batch_size = a.batch, .seq_len = a.seq,
                                                     .val_fraction = a.eval_only ? 0.0 : a.val_fraction,
+                                                    .val_required = a.eval_every > 0,
                                                     .seed = a.seed, .rank = comm.rank(), .world_size = comm.size(),
                                                     .vocab_size = s.cfg.vocab_size});
   } catch (const Error& e) {
@@ -144,8 +150,11 @@ void open_outputs(const Args& a, Setup& s, const dist::Communicator& comm) {
   if (!a.export_hf.empty() && a.eval_only)
     throw UsageError("--export-hf writes the model after training, and --eval-only trains nothing; to export a "
                      "checkpoint, run consolidate_checkpoint CHECKPOINT_DIR OUT_DIR");
-  try {
-    if (comm.rank() == 0 && !a.export_hf.empty()) io::check_hf_dir_destination(a.export_hf);
+  try {  // writable, with room for the model's file, and not another run's
+    if (comm.rank() == 0 && !a.export_hf.empty()) {
+      io::check_hf_dir_destination(a.export_hf, io::gpt2_file_bytes(s.cfg, s.dtype));
+      if (!io::DirLock::held_here(a.export_hf)) s.export_lock = std::make_unique<io::DirLock>(a.export_hf);
+    }
   } catch (const Error& e) {
     throw UsageError(std::string("--export-hf: ") + e.what());
   }

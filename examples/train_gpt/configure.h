@@ -31,7 +31,8 @@ struct Setup {
   std::string data_path;  // --data: a file or a pattern
   std::unique_ptr<data::TokenDataset> ds;
   std::unique_ptr<io::MetricsLog> metrics;
-  std::unique_ptr<io::DirLock> save_lock;  // rank 0's claim on --save, held for the whole run
+  std::unique_ptr<io::DirLock> save_lock;    // rank 0's claim on --save, held for the whole run
+  std::unique_ptr<io::DirLock> export_lock;  // and on --export-hf, unless it is --save's directory
   std::optional<data::BpeTokenizer> tok;  // --tokenizer
 };
 

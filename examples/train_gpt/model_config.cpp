@@ -7,6 +7,7 @@
 #include "data/llmc_shard.h"
 #include "dist/checkpoint/sharded_checkpoint.h"
 #include "io/gpt2_format.h"
+#include "io/hf_dir.h"
 #include "io/program_main.h"
 
 namespace zdl::train_gpt {
@@ -51,32 +52,36 @@ nn::GPTConfig config_of_checkpoint(Args& a, const CLI::App& app, std::optional<i
   return cfg;
 }
 
-// A GPT-2 safetensors file, or a Hugging Face-style directory holding one (a.init_from then
-// names the file).
+// A GPT-2 safetensors file, or a Hugging Face-style directory holding one with its config.json
+// (a.init_from then names the weights file).
 nn::GPTConfig config_of_gpt2_file(Args& a, const CLI::App& app) {
   if (!std::filesystem::exists(a.init_from)) throw UsageError("--init-from: no file '" + a.init_from + "'");
-  if (std::filesystem::is_directory(a.init_from)) {
-    // A Hugging Face-style directory (consolidate_checkpoint CK DIR) holds the weights here.
-    const std::string weights = (std::filesystem::path(a.init_from) / io::kHfWeightsFile).string();
-    if (!std::filesystem::exists(weights))
-      throw UsageError("--init-from: '" + a.init_from + "' is a directory without " + io::kHfWeightsFile +
-                       "; it takes a GPT-2 safetensors file or such a directory (continue a sharded checkpoint "
-                       "with --resume, or consolidate it with consolidate_checkpoint)");
-    a.init_from = weights;
-  }
+  const bool dir = std::filesystem::is_directory(a.init_from);
+  if (dir && !std::filesystem::exists(std::filesystem::path(a.init_from) / io::kHfWeightsFile))
+    throw UsageError("--init-from: '" + a.init_from + "' is a directory without " + io::kHfWeightsFile +
+                     "; it takes a GPT-2 safetensors file or such a directory (continue a sharded checkpoint "
+                     "with --resume, or consolidate it with consolidate_checkpoint)");
   io::GPT2ConfigOverrides ov;
-  if (given(app, "--n-head")) ov.n_head = a.n_head;
   ov.dropout = a.dropout;
+  const std::string source = dir ? (std::filesystem::path(a.init_from) / io::kHfConfigFile).string() : a.init_from;
   nn::GPTConfig cfg;
   try {
-    cfg = io::config_from_gpt2_file(a.init_from, ov);
+    if (dir) {
+      cfg = io::config_from_hf_dir(a.init_from, ov);  // n_head from config.json, every field checked
+      a.init_from = (std::filesystem::path(a.init_from) / io::kHfWeightsFile).string();
+    } else {
+      if (given(app, "--n-head")) ov.n_head = a.n_head;
+      ov.n_head_source = "--n-head";
+      cfg = io::config_from_gpt2_file(a.init_from, ov);
+    }
   } catch (const std::exception& e) {  // not a GPT-2 file: a checkpoint directory, another model's file
     throw UsageError(std::string("--init-from: ") + e.what());
   }
   auto check_flag = [&](const char* flag, int64_t flag_value, int64_t file_value) {
     if (given(app, flag) && flag_value != file_value)
-      throw UsageError(detail::str(flag, " ", flag_value, " differs from ", file_value, " in ", a.init_from));
+      throw UsageError(detail::str(flag, " ", flag_value, " differs from ", file_value, " in ", source));
   };
+  check_flag("--n-head", a.n_head, cfg.n_head);
   check_flag("--n-layer", a.n_layer, cfg.n_layer);
   check_flag("--n-embd", a.n_embd, cfg.n_embd);
   check_flag("--vocab-size", a.vocab_size, cfg.vocab_size);

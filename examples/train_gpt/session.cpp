@@ -1,11 +1,15 @@
 #include "examples/train_gpt/session.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "data/data_record.h"
 #include "dist/checkpoint/sharded_checkpoint.h"
-#include "io/gpt2_format.h"
+#include "io/hf_dir.h"
 #include "io/program_main.h"
 #include "nn/activation_checkpoint.h"
 
@@ -94,11 +98,49 @@ void save(Session& x, int64_t step) {
   dist::save_sharded(x.a.save, x.zero, x.opt, st);
 }
 
+namespace {
+
+// Rank 0, after --export-hf failed with `error`: where the trained model is now, as the run's
+// last message.
+std::string rescue_model(Session& x, const std::string& error, const io::Metadata& meta) {
+  std::string msg = "--export-hf '" + x.a.export_hf + "' failed: " + error;
+  if (!x.a.save.empty())  // the last step was saved before the export
+    return msg + "; the trained model is in the checkpoint '" + x.a.save + "': consolidate_checkpoint " + x.a.save +
+           " OUT_DIR writes the same directory";
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string name = "train_gpt-model-" + std::to_string(::getpid());
+  for (const std::string& place : {std::filesystem::absolute(name).string(), std::string(tmp && *tmp ? tmp : "/tmp") + "/" + name}) {
+    try {
+      io::export_hf_dir(x.model, place, meta);
+      return msg + "; the model was written to '" + place + "' instead (model.safetensors, config.json)";
+    } catch (const Error& e) {
+      msg += "; writing it to '" + place + "' failed too: " + e.what();
+    }
+  }
+  return msg + "; the trained model is lost";
+}
+
+}  // namespace
+
 void export_hf(Session& x, io::Progress& progress) {
-  dist::GatheredParameters gathered(x.zero);  // collective under ZeRO-3: every rank gathers
-  if (!x.lead()) return;
-  io::export_hf_dir(x.model, x.a.export_hf, {{"step", std::to_string(x.ds().position())}});
-  progress.message("exported the model to " + x.a.export_hf + " (model.safetensors, config.json)");
+  std::string failure;
+  {
+    dist::GatheredParameters gathered(x.zero);  // collective under ZeRO-3: every rank gathers
+    if (x.lead()) {
+      const io::Metadata meta = {{"step", std::to_string(x.ds().position())}};
+      try {
+        io::export_hf_dir(x.model, x.a.export_hf, meta);
+        progress.message("exported the model to " + x.a.export_hf + " (model.safetensors, config.json)");
+      } catch (const OutOfMemoryError&) {
+        throw;
+      } catch (const Error& e) {
+        failure = rescue_model(x, e.what(), meta);
+      }
+    }
+  }
+  // Every rank ends the same way: rank 0 prints the message, exit 1.
+  const bool failed = x.comm.size() == 1 ? !failure.empty() : x.comm.all_gather_i64(failure.empty() ? 0 : 1)[0] != 0;
+  if (failed) throw io::CollectiveStop(failure);
 }
 
 }  // namespace zdl::train_gpt

@@ -59,7 +59,10 @@ int64_t resume(Session& x);
 // A checkpoint of everything the run needs to go on exactly after `step` steps. Collective.
 void save(Session& x, int64_t step);
 
-// --export-hf: the model as a Hugging Face directory, written by rank 0. Collective.
+// --export-hf: the model as a Hugging Face directory, written by rank 0. Collective. Where the
+// write fails, the model is not lost: it is in the final checkpoint (--save), or written to a
+// directory of its own in the working directory or $TMPDIR; the run then ends with exit 1 and
+// one message saying where the model is.
 void export_hf(Session& x, io::Progress& progress);
 
 }  // namespace zdl::train_gpt

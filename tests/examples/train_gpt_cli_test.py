@@ -300,6 +300,8 @@ class TrainGptCli(unittest.TestCase):
             (["--init-from", self.p("nope.safetensors")], "nope.safetensors"),
             (["--batch", "abc"], "--batch"),
             (["--sample", "5", "--prompt", ""], "--prompt is empty"),  # before training, not after
+            (["--n-layer", "2", "--activation-checkpointing", "99"], "--activation-checkpointing 99 exceeds"),
+            (["--export-hf", os.path.join(self.data, "sub")], f"'{self.data}' is a file, not a directory"),
         ]
         for args, needle in cases:
             full = ["--data", self.data, "--steps", "2", *args] if "--data" not in args else ["--steps", "2", *args]
@@ -307,6 +309,16 @@ class TrainGptCli(unittest.TestCase):
             self.assertEqual(p.returncode, 2, f"{args}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
             self.assertIn(needle, p.stderr, f"{args}: {p.stderr}")
             self.assertLessEqual(len(p.stderr.strip().splitlines()), 2, p.stderr)
+
+    def test_no_validation_needs_no_validation_split(self):
+        # 400 bytes: a 10% split of 40 tokens holds no batch of 4 x 16 + 1; unused, it is no error.
+        small = self.p("small.txt")
+        with open(self.data) as f, open(small, "w") as g:
+            g.write(f.read(400))
+        run("--data", small, *SMALL, "--steps", "2")  # SMALL: --eval-every 0
+        p = run("--data", small, *SMALL, "--steps", "2", "--eval-every", "1", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("val split has 40 tokens", p.stderr)
 
     def nan_run(self, *extra, ranks=0):
         return run("--data", self.data, *SMALL, "--steps", "5", "--fault-nan-grad", "3:h.1.mlp.c_fc.weight",

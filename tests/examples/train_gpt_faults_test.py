@@ -720,6 +720,68 @@ class TrainGptFaults(unittest.TestCase):
         for name, data in before.items():
             with open(os.path.join(ck, name), "rb") as f:
                 self.assertEqual(f.read(), data, f"{name} after two more saves")
+    # ---- --export-hf and --init-from directories ----
+
+    def export_fails_at_the_end(self, name, *extra):
+        """A run whose --export-hf parent is removed while it trains: (exit code, stderr)."""
+        parent = self.p("gone_" + name)
+        os.makedirs(parent)
+        m = self.p(name + ".jsonl")
+        proc = self.start("--data", self.data, *SMALL, "--steps", "3000", "--metrics", m,
+                          "--export-hf", os.path.join(parent, "hf"), *extra, name=name)
+        wait_until(lambda: len(losses(m)) >= 1 or proc.poll() is not None, 60, "a step")
+        shutil.rmtree(parent)
+        rc = proc.wait(timeout=300)
+        return rc, self.output(name)[1]
+
+    def test_an_export_that_fails_at_the_end_keeps_the_model(self):
+        # Without --save the model exists only in memory: it is written elsewhere, and said where.
+        rc, err = self.export_fails_at_the_end("nosave")
+        self.assertEqual(rc, 1, err)
+        last = err.strip().splitlines()[-1]
+        for needle in ("--export-hf", "failed", "does not exist", "the model was written to '"):
+            self.assertIn(needle, last)
+        rescued = last.split("the model was written to '")[1].split("'")[0]
+        self.assertEqual(os.path.dirname(rescued), self.dir, "in the working directory")
+        self.assertEqual(sorted(os.listdir(rescued)), ["config.json", "model.safetensors"])
+        p = self.run_gpt("--init-from", rescued, "--data", self.data, *SMALL, "--eval-only", "--eval-batches", "2")
+        self.assertLess(float(p.stdout.split()[-1]), 4.0, "the trained model (a fresh one scores ln 256 = 5.5)")
+        # With --save the final checkpoint holds it: the message says so and how to export it.
+        rc, err = self.export_fails_at_the_end("saved", "--save", self.p("ck_exp"))
+        self.assertEqual(rc, 1, err)
+        self.assertIn("consolidate_checkpoint " + self.p("ck_exp"), err)
+        self.assertEqual(self.checkpoint_step(self.p("ck_exp")), 3000)
+
+    def test_init_from_a_directory_reads_and_checks_its_config_json(self):
+        hf = self.p("hf")
+        self.run_gpt("--data", self.data, *SMALL, "--steps", "2", "--export-hf", hf)
+        i = SMALL.index("--n-head")
+        no_head = SMALL[:i] + SMALL[i + 2:]
+        score = ["--data", self.data, "--eval-only", "--eval-batches", "2"]
+        # n_head comes from config.json (the flag's default, 4, would be another model).
+        self.assertEqual(self.run_gpt("--init-from", hf, *score, *no_head).stdout,
+                         self.run_gpt("--init-from", hf, *score, *SMALL).stdout)
+        edits = [("n_embd", 128), ("n_layer", 10**9), ("n_head", 1), ("activation_function", "relu"),
+                 ("layer_norm_epsilon", 0.5), ("n_positions", 1024), ("vocab_size", 50257),
+                 ("tie_word_embeddings", False), ("n_head", None)]
+        for key, value in edits:
+            d = self.p(f"hf_{key}_{value}")
+            shutil.copytree(hf, d)
+            with open(os.path.join(d, "config.json")) as f:
+                config = json.load(f)
+            if value is None:
+                del config[key]
+            else:
+                config[key] = value
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump(config, f)
+            p = self.run_gpt("--init-from", d, *score, *no_head, check=False)
+            self.assert_usage_error(p, ["--init-from", "config.json", key], f"config.json with {key} = {value}")
+        os.remove(os.path.join(d, "config.json"))
+        self.assert_usage_error(self.run_gpt("--init-from", d, *score, *no_head, check=False), "no config.json")
+        p = self.run_gpt("--init-from", hf, *score, *no_head, "--n-head", "4", check=False)
+        self.assert_usage_error(p, "--n-head 4 differs from 2 in " + os.path.join(hf, "config.json"))
+
     # ---- Ctrl-C and SIGTERM stop at a step boundary, saved ----
 
     def interrupted_run(self, name, ranks, send):

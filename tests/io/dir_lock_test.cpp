@@ -3,13 +3,12 @@
 // when the holding process is killed; checkpoint saves (which swap the directory whole) leave it
 // in force.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 
 #include "io/dir_lock.h"
+#include "lock_holder_process.h"
 #include "temp_dir.h"
 
 namespace zdl::io {
@@ -43,28 +42,12 @@ TEST(DirLock, ASecondClaimIsRefusedNamingTheHolder) {
 TEST(DirLock, ReleasedWhenTheHoldingProcessIsKilled) {
   TempDir tmp;
   const std::string dir = tmp / "ck";
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    DirLock held(dir);
-    const char c = 1;
-    if (::write(ready[1], &c, 1) != 1) ::_exit(3);
-    ::pause();  // held until killed
-    ::_exit(0);
-  }
-  char c = 0;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  testing::LockHolderProcess holder(dir);
   const std::string e = claim_error(dir);
-  EXPECT_NE(e.find("pid " + std::to_string(child) + ","), std::string::npos) << e;
-  ::kill(child, SIGKILL);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_NE(e.find("pid " + std::to_string(holder.pid()) + ","), std::string::npos) << e;
+  holder.kill();
   EXPECT_TRUE(std::filesystem::exists(tmp / ".ck.lock"));
   EXPECT_EQ(claim_error(dir), "") << "the kernel releases a killed holder's lock; its file is reused";
-  ::close(ready[0]);
-  ::close(ready[1]);
 }
 
 TEST(DirLock, AMissingParentIsCreatedAndAnUnusablePlaceIsAnError) {
