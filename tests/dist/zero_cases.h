@@ -90,14 +90,16 @@ inline void expect_checkpointing_identical(Communicator& comm, ZeroStage stage) 
 // Model-state bytes on this rank after a step, per category, equal the closed forms of the
 // paper evaluated at the padded size P (the padding is < N elements per unit):
 //   f32: params 4P, grads 4P, Adam 8P; stage 1: Adam / N; stage 2: + grads / N; stage 3: all / N.
-inline void expect_memory_closed_form(Communicator& comm, ZeroStage stage) {
+//   bf16: params 2P, grads 2P, optimizer 12P (f32 master weights and Adam's moments: K = 12).
+inline void expect_memory_closed_form(Communicator& comm, ZeroStage stage, DType dtype = DType::F32) {
   const int64_t N = comm.size();
   auto cur = [](MemoryCategory k) { return memory_ledger().stats(Device::cpu()).current_of(k); };
   const MemoryCategory cats[] = {MemoryCategory::Parameter, MemoryCategory::ParameterShard, MemoryCategory::Gradient,
                                  MemoryCategory::GradientShard, MemoryCategory::OptimizerState};
   std::map<MemoryCategory, int64_t> base;
   for (auto k : cats) base[k] = cur(k);
-  RunConfig c{.stage = stage, .steps = 1};
+  RunConfig c{.stage = stage, .dtype = dtype, .steps = 1};
+  const ElementBytes bytes = ElementBytes::of(dtype);
   Probe probe;
   probe.after_wrap = [](ZeroPartitioner&) { memory_ledger().reset_peaks(Device::cpu()); };
   probe.after_step = [&](ZeroPartitioner& z, int) {
@@ -111,15 +113,15 @@ inline void expect_memory_closed_form(Communicator& comm, ZeroStage stage) {
         largest = std::max(largest, u->padded());
       }
       const int64_t peak = memory_ledger().stats(Device::cpu()).peak_of(MemoryCategory::Gradient) - base[MemoryCategory::Gradient];
-      EXPECT_LE(peak, 4 * (root + 2 * block)) << comm.prefix() << " " << stage_name(stage)
+      EXPECT_LE(peak, bytes.s * (root + 2 * block)) << comm.prefix() << " " << stage_name(stage)
                                               << ": peak full-gradient bytes during the step";
     }
     const int64_t P = z.num_padded(), psi = z.num_parameters();
     EXPECT_LT(P - psi, N * static_cast<int64_t>(z.units().size()));
-    std::map<MemoryCategory, int64_t> want = state_bytes_closed_form(stage, P, N, ElementBytes::of(DType::F32));
+    std::map<MemoryCategory, int64_t> want = state_bytes_closed_form(stage, P, N, bytes);
     for (auto k : cats)
-      EXPECT_EQ(cur(k) - base[k], want[k]) << comm.prefix() << " " << stage_name(stage) << " " << category_name(k)
-                                           << " bytes (P=" << P << ", N=" << N << ")";
+      EXPECT_EQ(cur(k) - base[k], want[k]) << comm.prefix() << " " << stage_name(stage) << " " << dtype_name(dtype)
+                                           << " " << category_name(k) << " bytes (P=" << P << ", N=" << N << ")";
   };
   run_zero(comm, c, probe);
 }

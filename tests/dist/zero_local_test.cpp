@@ -20,12 +20,22 @@ TEST(ZeroLocal, EveryStageIsBitExactWithPlainTraining) {
   for (ZeroStage s : kAllStages) expect_equivalent(local(), {.stage = s}, 0.0);
 }
 
+// docs/exactness.md: no_sync's running local sum has no fixed tree, so exact reduction refuses it.
+TEST(ZeroLocal, NoSyncIsRefusedUnderExactReduction) {
+  const std::string e = zdl::testing::error_of([&] {
+    run_zero(local(), {.stage = ZeroStage::Two, .grad_accum = 2, .reduction = GradReduction::Exact, .no_sync = true});
+  });
+  EXPECT_NE(e.find("no_sync keeps a running sum"), std::string::npos) << e;
+  EXPECT_NE(e.find("GradReduction::Native"), std::string::npos) << e;
+}
+
 TEST(ZeroLocal, GradientAccumulationMatches) {
   for (ZeroStage s : kAllStages) expect_equivalent(local(), {.stage = s, .grad_accum = 2}, 0.0);
 }
 
 TEST(ZeroLocal, MemoryFollowsClosedForms) {
-  for (ZeroStage s : kAllStages) expect_memory_closed_form(local(), s);
+  for (ZeroStage s : kAllStages)
+    for (DType dt : {DType::F32, DType::BF16}) expect_memory_closed_form(local(), s, dt);
 }
 
 TEST(ZeroLocal, TrafficFollowsClosedForms) {

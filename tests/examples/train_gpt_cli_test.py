@@ -817,6 +817,66 @@ class TrainGptCli(unittest.TestCase):
         for s in (4, 5, 6):
             self.assertAlmostEqual(straight[s], resumed[s], delta=1e-4 * abs(straight[s]))
 
+    def steps_of(self, metrics):
+        """step -> (loss, grad_norm) of a metrics file."""
+        with open(metrics) as f:
+            return {j["step"]: (j["loss"], j["grad_norm"]) for j in map(json.loads, f) if "loss" in j}
+
+    # docs/exactness.md's recipe: the same micro-batch shape (--batch / N = 4 sequences, 16 per
+    # step) on 1, 2 and 4 ranks under three stages.
+    RECIPE = [(0, ["--batch", "4", "--grad-accum", "4", "--zero-stage", "0"]),
+              (2, ["--batch", "8", "--grad-accum", "2", "--zero-stage", "3"]),
+              (4, ["--batch", "16", "--grad-accum", "1", "--zero-stage", "1"])]
+
+    @unittest.skipIf(MPIRUN is None, "no mpirun")
+    def test_the_exactness_recipe_gives_the_same_bits_at_1_2_and_4_ranks(self):
+        # Losses and gradient norms equal with ==, f32 and bf16, dropout on; a checkpoint saved
+        # by one world size resumes in the others on the same bits.
+        for dtype in ("f32", "bf16"):
+            common = ["--data", self.data, *SMALL, "--dropout", "0.1", "--dtype", dtype, "--reduction", "exact",
+                      "--steps", "6"]
+            runs = {}
+            for ranks, flags in self.RECIPE:
+                m = self.p(f"{dtype}_{ranks}.jsonl")
+                run(*common, *flags, "--metrics", m, ranks=ranks)
+                with open(m) as f:
+                    self.assertEqual(json.loads(f.readline())["world_size"], max(ranks, 1))
+                runs[ranks] = self.steps_of(m)
+            self.assertEqual(sorted(runs[0]), [1, 2, 3, 4, 5, 6])
+            for ranks in (2, 4):
+                self.assertEqual(runs[ranks], runs[0], f"{dtype}: {ranks} ranks vs 1 process")
+            # Saved at step 3 by 4 ranks (ZeRO-1), resumed by 1 process (DDP) and 2 ranks (ZeRO-3).
+            ck = self.p(f"ck_{dtype}")
+            run(*common, *self.RECIPE[2][1], "--stop-after", "3", "--save", ck, ranks=4)
+            for ranks, flags in self.RECIPE[:2]:
+                m = self.p(f"{dtype}_resumed_{ranks}.jsonl")
+                run(*common, *flags, "--resume", ck, "--metrics", m, ranks=ranks)
+                self.assertEqual(self.steps_of(m), {s: runs[0][s] for s in (4, 5, 6)},
+                                 f"{dtype}: resumed by {ranks or 1} rank(s) from 4")
+
+    def test_export_hf_in_bf16_holds_the_weights_the_run_computes_with(self):
+        # The export keeps the parameters' dtype: bf16, each value the f32 master weight of the
+        # final checkpoint rounded to nearest even.
+        ck, hf, cons = self.p("ck"), self.p("hf_bf16"), self.p("hf_f32")
+        run("--data", self.data, *SMALL, "--steps", "3", "--dtype", "bf16", "--save", ck, "--export-hf", hf)
+        consolidate = os.path.join(os.path.dirname(TRAIN_GPT), "consolidate_checkpoint")
+        p = subprocess.run([consolidate, ck, cons], capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        got, master = read_safetensors(os.path.join(hf, "model.safetensors")), read_safetensors(
+            os.path.join(cons, "model.safetensors"))
+        self.assertEqual(sorted(got), sorted(master))
+        for name in master:
+            if name == "__metadata__":
+                continue
+            dtype, shape, raw = got[name]
+            self.assertEqual((dtype, shape), ("BF16", master[name][1]), name)
+            f32 = struct.unpack(f"<{len(master[name][2]) // 4}I", master[name][2])
+            rounded = [((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF for b in f32]
+            self.assertEqual(list(struct.unpack(f"<{len(raw) // 2}H", raw)), rounded, name)
+        # It loads back, scoring what the checkpoint scores in bf16.
+        score = ["--data", self.data, *SMALL, "--dtype", "bf16", "--eval-only", "--eval-batches", "4"]
+        self.assertEqual(run("--init-from", hf, *score).stdout, run("--resume", ck, *score).stdout)
+
 
 if __name__ == "__main__":
     TRAIN_GPT = os.path.abspath(sys.argv.pop(1))

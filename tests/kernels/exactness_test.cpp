@@ -16,6 +16,7 @@
 #include "nn/batch_position.h"
 #include "nn/gpt.h"
 #include "nn/parameter_factory.h"
+#include "optim/optimizer.h"
 
 namespace zdl {
 namespace {
@@ -170,6 +171,36 @@ TEST(ThreadInvariance, GptGradientsWithDropout) {
     std::vector<std::vector<uint32_t>> out{bits(loss)};
     for (auto& p : model->parameters()) out.push_back(bits(p.grad()));
     return out;
+  });
+}
+
+// The rest of the kernels a training step runs, each on inputs large enough to be split over
+// threads: reductions (all elements, over a dimension), softmax and cross-entropy over a GPT-2
+// sized vocabulary with their gradients, and AdamW's update.
+TEST(ThreadInvariance, ReductionsSoftmaxCrossEntropyAndAdamW) {
+  Tensor big = Tensor::randn({1 << 20}, 11), rows = Tensor::randn({96, 4097}, 12);
+  expect_same_bits_on_any_thread_count("sum and mean", [&] {
+    return std::vector<std::vector<uint32_t>>{bits(sum(big)), bits(mean(big)), bits(sum(rows, {0})),
+                                              bits(sum(rows, {1})), bits(mean(rows, {0}, true))};
+  });
+  Tensor logits = Tensor::randn({16, 50304}, 13);
+  std::vector<int64_t> t(16);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int64_t>(i * 3001 % 50304);
+  Tensor targets = Tensor::from_vector(t, {16}, DType::I64);
+  expect_same_bits_on_any_thread_count("softmax and cross-entropy", [&] {
+    Tensor x = logits.detach().set_requires_grad(true);
+    Tensor loss = cross_entropy(x, targets);
+    loss.backward();
+    return std::vector<std::vector<uint32_t>>{bits(softmax(logits)), bits(loss), bits(x.grad())};
+  });
+  expect_same_bits_on_any_thread_count("AdamW", [&] {
+    Tensor w = Tensor::randn({1 << 18}, 14).set_requires_grad(true);
+    optim::AdamW opt({{.name = "all", .params = {w}, .weight_decay = 0.1}}, {});
+    for (uint64_t step = 0; step < 3; ++step) {
+      w.set_grad(Tensor::randn({1 << 18}, 20 + step));
+      opt.step();
+    }
+    return std::vector<std::vector<uint32_t>>{bits(w)};
   });
 }
 
