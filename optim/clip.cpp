@@ -29,7 +29,7 @@ double grad_norm(const std::vector<Tensor>& params) { return std::sqrt(grad_sum_
 
 double clip_scale(double norm, double max_norm) {
   if (max_norm <= 0.0 || !(norm > max_norm)) return 1.0;
-  return max_norm / (norm + 1e-6);
+  return max_norm / (norm + kClipNormEpsilon);
 }
 
 }  // namespace zdl::optim

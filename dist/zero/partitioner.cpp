@@ -11,6 +11,7 @@
 #include "core/hash.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/square_sum.h"
+#include "optim/clip.h"
 #include "optim/param_groups.h"
 #ifdef ZDL_WITH_CUDA
 #include "kernels/cuda/optim.h"
@@ -400,8 +401,7 @@ double ZeroPartitioner::clip_grad_norm(double max_norm) {
     }
   }
   last_grad_norm_ = std::sqrt(sq);
-  if (max_norm <= 0.0 || !(last_grad_norm_ > max_norm)) return 1.0;
-  return max_norm / (last_grad_norm_ + 1e-6);
+  return optim::clip_scale(last_grad_norm_, max_norm);  // the single-process formula, same bits
 }
 
 std::vector<ZeroPartitioner::NonFiniteUnit> ZeroPartitioner::nonfinite_grad_units() {

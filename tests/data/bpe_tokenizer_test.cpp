@@ -16,6 +16,7 @@
 #include "data/gpt2_pretokenizer.h"
 #include "data/unicode_classes.h"
 #include "error_of.h"
+#include "skip_unless_ci.h"
 #include "temp_dir.h"
 
 namespace zdl::data {
@@ -394,7 +395,7 @@ for token in re.findall(pat, text):
 
 TEST(BpeTokenizer, MatchesGpt2sEncoderPy) {
   if (std::system("/usr/bin/python3 -c 'import regex' >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "/usr/bin/python3 with the regex module (Debian's python3-regex) is not available";
+    ZDL_SKIP_UNLESS_CI() << "/usr/bin/python3 with the regex module (Debian's python3-regex) is not available";
   TempDir dir;
   const std::string learned = generated_text(3000, 11);
   write_both(dir, train(learned, 300));

@@ -288,6 +288,7 @@ TEST(MpiCommunicator, WatchdogFiresWhenOtherRanksDoNotJoin) {
   c.barrier();
 }
 
+// A GPU test: ctest runs it in dist_cuda_mpi_np2 / np4 (label gpu), not in dist_mpi_np*.
 TEST(MpiCommunicator, StagesCudaTensorsThroughPinnedMemory) {
   Communicator& c = world();
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device (or CPU-only build)";

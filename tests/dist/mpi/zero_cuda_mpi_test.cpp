@@ -1,4 +1,5 @@
-// ZeRO on GPUs at N ranks (run under mpirun for N = 2 and 4 by the dist_mpi_np* ctest entries):
+// ZeRO on GPUs at N ranks (run under mpirun for N = 2 and 4 by the ctest entries dist_cuda_mpi_np*,
+// label gpu; dist_mpi_np* leave these tests out):
 // every stage's losses and parameters equal those of one process training stage 0 on the whole
 // batch on the GPU; bf16 within bf16 accuracy; a NaN gradient on one rank is seen by all. On a
 // machine with one GPU all ranks share it, which NCCL refuses: dist::init's automatic choice must
