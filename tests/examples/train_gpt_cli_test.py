@@ -25,6 +25,7 @@ SMALL = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--seq", "16", "--
 
 
 from mpi_launcher import MPI_ENV, MPIRUN, command, mpmd
+from skip_unless_ci import skip_unless_ci
 
 
 def run(*args, check=True, ranks=0):
@@ -261,7 +262,7 @@ class TrainGptCli(unittest.TestCase):
         exe = next((e for e in (sys.executable, "/usr/bin/python3") if os.path.exists(e) and subprocess.run(
             [e, "-c", "import matplotlib"], capture_output=True).returncode == 0), None)
         if exe is None:
-            self.skipTest("no python with matplotlib (scripts/setup.sh installs python3-matplotlib)")
+            skip_unless_ci(self, "no python with matplotlib (scripts/setup.sh installs python3-matplotlib)")
         a, b = self.p("a.jsonl"), self.p("b.jsonl")
         run("--data", self.data, *SMALL, "--steps", "20", "--eval-every", "10", "--metrics", a)
         run("--data", self.data, *SMALL, "--steps", "20", "--zero-stage", "3", "--metrics", b)

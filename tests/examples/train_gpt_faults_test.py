@@ -14,6 +14,7 @@ Uses a small generated text file in a temporary directory.
 """
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -27,6 +28,7 @@ TRAIN_GPT = None
 SMALL = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--seq", "16", "--batch", "4",
          "--eval-every", "0", "--warmup", "2", "--lr", "3e-3"]
 from mpi_launcher import MPI_ENV, MPIRUN, command, mpmd
+from skip_unless_ci import skip_unless_ci
 # The watchdog timeout of the distributed fault tests, and what the job may take beyond it to end.
 TIMEOUT_S = 5
 SLACK_S = 25
@@ -511,30 +513,48 @@ class TrainGptFaults(unittest.TestCase):
             self.assert_usage_error(p, needles, str(args))
         self.assertEqual(os.listdir(not_ck), ["thesis.tex"])  # untouched
 
-    @unittest.skipIf(os.geteuid() == 0 and not shutil.which("setpriv"), "root without setpriv: cannot drop privileges")
+    def copies_nobody_can_run(self):
+        """train_gpt (zerodl is linked in statically) and the leak sanitizer's suppressions, copied
+        into the test's directory, with the environment naming them: user nobody reaches these
+        whatever the permissions of the checkout (a clone in /root)."""
+        exe = self.p("train_gpt_copy")
+        shutil.copy(TRAIN_GPT, exe)
+        os.chmod(exe, 0o755)
+        env = dict(MPI_ENV)
+        lsan = env.get("LSAN_OPTIONS", "")
+        m = re.search(r"suppressions=([^:]+)", lsan)
+        if m:
+            supp = self.p("lsan.supp")
+            shutil.copy(m.group(1), supp)
+            os.chmod(supp, 0o644)
+            env["LSAN_OPTIONS"] = lsan.replace(m.group(1), supp)
+        return exe, env
+
     def test_read_only_checkpoint_directory_is_refused_at_startup_and_left_intact(self):
         # Root may write anywhere: the runs drop to nobody (setpriv) so permissions apply.
+        if os.geteuid() == 0 and not shutil.which("setpriv"):
+            skip_unless_ci(self, "root without setpriv (util-linux): cannot drop privileges")
         as_user = [] if os.geteuid() != 0 else ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
         os.chmod(self.dir, 0o777)
+        exe, env = self.copies_nobody_can_run()
         data = self.p("ro_data.txt")
         shutil.copy(self.data, data)
         os.chmod(data, 0o644)
         ck = self.p("ck_ro")
 
         def train(*args, check=True):
-            cmd = as_user + [TRAIN_GPT, "--data", data, *SMALL, *args]
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=self.dir, env=MPI_ENV)
+            cmd = as_user + [exe, "--data", data, *SMALL, *args]
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=self.dir, env=env)
             if check:
                 self.assertEqual(p.returncode, 0, p.stderr)
             return p
 
-        # nobody must be able to run the program from here (a clone in a private directory, or
-        # a sanitizer's option files, may not allow it): the check itself is also tested in
-        # process, as nobody, by CheckpointDir.AnUnwritableCheckpointDirectoryIsRefusedByTheStartupCheck.
-        probe = subprocess.run(as_user + [TRAIN_GPT, "--help"], capture_output=True, text=True, timeout=60,
-                               cwd=self.dir, env=MPI_ENV)
+        # The check itself is also tested in process, as nobody, by
+        # CheckpointDir.AnUnwritableCheckpointDirectoryIsRefusedByTheStartupCheck.
+        probe = subprocess.run(as_user + [exe, "--help"], capture_output=True, text=True, timeout=60,
+                               cwd=self.dir, env=env)
         if probe.returncode != 0:
-            self.skipTest(f"user nobody cannot run {TRAIN_GPT} here: {probe.stderr.strip()[:200]}")
+            skip_unless_ci(self, f"user nobody cannot run {exe}: {probe.stderr.strip()[:200]}")
         train("--steps", "2", "--save", ck)
         def contents():
             out = {}

@@ -12,6 +12,7 @@
 #include "autograd/grad_mode.h"
 #include "io/gpt2_format.h"
 #include "nn/parameter_factory.h"
+#include "skip_unless_ci.h"
 #include "temp_dir.h"
 
 namespace zdl::io {
@@ -300,7 +301,7 @@ print('torch reader OK, max abs diff %.3g' % err)
 
 TEST(GPT2Format, PyTorchReadsTheExportAndReproducesTheLogits) {
   if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "/usr/bin/python3 with torch is not available";
+    ZDL_SKIP_UNLESS_CI() << "/usr/bin/python3 with torch is not available (scripts/setup.sh installs python3-torch)";
   TempDir dir;
   auto m = make_gpt(small_config(), 12);
   export_gpt2(*m, dir / "gpt2.safetensors");
