@@ -49,6 +49,7 @@ inline void expect_identical(Communicator& comm, const RunConfig& c) {
   RunResult got = run_zero(comm, c);
   for (auto& [whose, ref] : refs) {
     EXPECT_EQ(got.losses, ref.losses) << what << ": losses differ from " << whose;
+    EXPECT_EQ(got.grad_norms, ref.grad_norms) << what << ": gradients differ from " << whose << "'s";
     for (auto& [name, v] : ref.params)
       EXPECT_TRUE(got.params[name] == v) << what << ": parameter " << name << " differs from " << whose << " by "
                                          << rel_l2(got.params[name], v) << " (relative L2)";

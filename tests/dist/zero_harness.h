@@ -76,6 +76,9 @@ inline nn::GPTConfig tiny_gpt(double dropout = 0.0) {
 
 struct RunResult {
   std::vector<double> losses;                          // global mean loss per step
+  // Per step: the norm of the whole reduced gradient, its square sum exact (kernels/cpu/square_sum.h),
+  // so one gradient element's bits differing anywhere changes it.
+  std::vector<double> grad_norms;
   std::map<std::string, std::vector<double>> params;   // final parameters, full
   // Per step: the units ZeroPartitioner reported with non-finite gradients (run_zero only).
   std::vector<std::vector<ZeroPartitioner::NonFiniteUnit>> nonfinite;
@@ -161,6 +164,7 @@ inline RunResult run_reference(const RunConfig& c, int n = 1) {
       continue;
     }
     double norm = optim::grad_norm(model->parameters());
+    r.grad_norms.push_back(norm);
     opt.step(optim::clip_scale(norm, c.clip));
     opt.zero_grad();
   }
@@ -226,6 +230,7 @@ inline RunResult run_zero(Communicator& comm, const RunConfig& c, const Probe& p
     if (s == c.interrupt_step && rank == N - 1) std::raise(SIGTERM);
     StepResult res = trainer.step(s, harness_rows(c, model->config.vocab_size), gpt_loss(*model));
     r.losses.push_back(res.loss);
+    if (res.applied) r.grad_norms.push_back(res.grad_norm);
     r.nonfinite.push_back(res.nonfinite);
     r.stop_signals.push_back(res.stop_signal);
     if (probe.after_step) probe.after_step(zero, s);

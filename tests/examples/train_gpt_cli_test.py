@@ -855,6 +855,22 @@ class TrainGptCli(unittest.TestCase):
                 self.assertEqual(self.steps_of(m), {s: runs[0][s] for s in (4, 5, 6)},
                                  f"{dtype}: resumed by {ranks or 1} rank(s) from 4")
 
+    @unittest.skipIf(MPIRUN is None, "no mpirun")
+    def test_three_ranks_repeat_their_bits_and_stay_close_to_one_process(self):
+        # docs/exactness.md's limit: N = 3 is no power of two, so MPI's own order sums the
+        # gradients: the same bits run to run, one process's up to rounding.
+        common = ["--data", self.data, *SMALL, "--dropout", "0.1", "--steps", "5"]
+        a, b, one = self.p("np3a.jsonl"), self.p("np3b.jsonl"), self.p("np1.jsonl")
+        run(*common, "--batch", "12", "--metrics", a, ranks=3)
+        run(*common, "--batch", "12", "--metrics", b, ranks=3)
+        run(*common, "--batch", "4", "--grad-accum", "3", "--metrics", one)
+        self.assertEqual(self.steps_of(a), self.steps_of(b))
+        three, single = self.steps_of(a), self.steps_of(one)
+        self.assertEqual(sorted(three), sorted(single))
+        for step, (loss, norm) in single.items():
+            self.assertAlmostEqual(three[step][0], loss, delta=1e-5 * loss, msg=f"step {step} loss")
+            self.assertAlmostEqual(three[step][1], norm, delta=1e-4 * norm, msg=f"step {step} gradient norm")
+
     def test_export_hf_in_bf16_holds_the_weights_the_run_computes_with(self):
         # The export keeps the parameters' dtype: bf16, each value the f32 master weight of the
         # final checkpoint rounded to nearest even.
