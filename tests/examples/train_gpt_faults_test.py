@@ -747,7 +747,7 @@ class TrainGptFaults(unittest.TestCase):
         parent = self.p("gone_" + name)
         os.makedirs(parent)
         m = self.p(name + ".jsonl")
-        proc = self.start("--data", self.data, *SMALL, "--steps", "3000", "--metrics", m,
+        proc = self.start("--data", self.data, *SMALL, "--steps", "1000", "--metrics", m,
                           "--export-hf", os.path.join(parent, "hf"), *extra, name=name)
         wait_until(lambda: len(losses(m)) >= 1 or proc.poll() is not None, 60, "a step")
         shutil.rmtree(parent)
@@ -770,7 +770,7 @@ class TrainGptFaults(unittest.TestCase):
         rc, err = self.export_fails_at_the_end("saved", "--save", self.p("ck_exp"))
         self.assertEqual(rc, 1, err)
         self.assertIn("consolidate_checkpoint " + self.p("ck_exp"), err)
-        self.assertEqual(self.checkpoint_step(self.p("ck_exp")), 3000)
+        self.assertEqual(self.checkpoint_step(self.p("ck_exp")), 1000)
 
     def test_init_from_a_directory_reads_and_checks_its_config_json(self):
         hf = self.p("hf")
