@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "autograd/grad_mode.h"
+#include "core/hash.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_dir.h"
 #include "nn/gpt.h"
@@ -136,6 +137,24 @@ TEST(Checkpoint, CorruptedOrTruncatedFilesAreRejected) {
   fs::remove_all(dir);
   msg = error_of([&] { load_checkpoint(dir, *b.model, *b.opt); });
   EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
+}
+
+// The file checksum is FNV-1a 64 over every byte: one flipped at the start, at the end of the
+// first 1 MiB read chunk or at the very end changes it (the test above flips a middle one).
+TEST(Checkpoint, FileChecksumCoversEveryByte) {
+  TempDir tmp;
+  const std::string path = tmp / "bytes";
+  std::string bytes((size_t{1} << 20) + 3, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 131 % 251);
+  write_bytes(path, bytes);
+  const uint64_t whole = fnv1a64(bytes);
+  EXPECT_EQ(fnv1a64_file(path), whole);
+  for (size_t at : {size_t{0}, (size_t{1} << 20) - 1, bytes.size() - 1}) {
+    std::string flipped = bytes;
+    flipped[at] ^= 0x01;
+    write_bytes(path, flipped);
+    EXPECT_NE(fnv1a64_file(path), whole) << "byte " << at;
+  }
 }
 
 TEST(Checkpoint, NewerFormatVersionIsRejected) {
