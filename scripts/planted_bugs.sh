@@ -70,8 +70,8 @@ bug zero-clip-norm-sqrt dist/zero/partitioner.cpp '-L ^test_dist$' \
   'last_grad_norm_ = std::sqrt(sq);' \
   'last_grad_norm_ = sq;'
 bug clip-eps optim/clip.cpp '-L ^test_optim$' \
-  'return max_norm / (norm + 1e-6);' \
-  'return max_norm / (norm + 1e-2);'
+  'return max_norm / (norm + kClipNormEpsilon);' \
+  'return max_norm / (norm + 1e-7);'
 bug dropout-kernel-offset kernels/cpu/dropout.cpp '-L ^test_autograd$' \
   'gen.uniform(static_cast<uint64_t>(offset + i))' \
   'gen.uniform(static_cast<uint64_t>(i))'
