@@ -61,6 +61,15 @@ int64_t PaddedUnits::largest() const {
   return std::max(root, blocks.empty() ? int64_t{0} : *std::max_element(blocks.begin(), blocks.end()));
 }
 
+PaddedUnits gpt_padded_units(const nn::GPTConfig& cfg, int64_t N) {
+  const int64_t C = cfg.n_embd, norms = cfg.bias ? 2 * C : C;  // a LayerNorm's weight (and bias)
+  // 12 C^2 weights (qkv 3, proj 1, fc 4, fc-proj 4), their biases 9C, two LayerNorms.
+  const int64_t block = 12 * C * C + (cfg.bias ? 9 * C : 0) + 2 * norms;
+  const int64_t root = cfg.padded_vocab() * C + cfg.block_size * C + norms;
+  auto pad = [N](int64_t n) { return (n + N - 1) / N * N; };
+  return {.root = pad(root), .blocks = std::vector<int64_t>(static_cast<size_t>(cfg.n_layer), pad(block))};
+}
+
 StepPeaks step_peaks_closed_form(ZeroStage stage, const PaddedUnits& units, int64_t N, int prefetch, ElementBytes e) {
   // The largest sum of `count` adjacent blocks: the units gathered (or holding full gradients) at once.
   auto window = [&](size_t count) {

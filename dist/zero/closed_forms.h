@@ -16,6 +16,7 @@
 #include "core/memory.h"
 #include "dist/comm/comm_ledger.h"
 #include "dist/zero/options.h"
+#include "nn/gpt.h"
 
 namespace zdl::dist {
 
@@ -73,6 +74,11 @@ struct PaddedUnits {
   int64_t total() const;        // P
   int64_t largest() const;
 };
+
+// The units the partitioner makes of an nn::GPT by default (a unit per Block; the root holds
+// wte, wpe and ln_f), each padded to a multiple of N: a model's sizes without building it, for
+// predictions at any size and N (examples/zero_predict.cpp).
+PaddedUnits gpt_padded_units(const nn::GPTConfig& cfg, int64_t N);
 
 // The highest bytes of each model-state category and of the communication buffers during a step
 // under this implementation's schedule (not the paper's: it counts states after a step). ZeRO-3

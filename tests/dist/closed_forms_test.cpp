@@ -25,6 +25,27 @@ TEST(ClosedForms, ModelStateBytesPerStage) {
   EXPECT_DOUBLE_EQ(model_states_bytes(ZeroStage::Two, 1001.0, 3, f32), 4 * 1001.0 + 12 * 1001.0 / 3);
 }
 
+TEST(ClosedForms, GptUnitsByHand) {
+  // C = 10, V = 23, T = 8: a block 12 C^2 + 9C biases + 2 LayerNorms (2C each) = 1330; the root
+  // wte 230 + wpe 80 + ln_f 20 = 330. Padded to multiples of 4: 1332 and 332.
+  nn::GPTConfig cfg{.vocab_size = 23, .block_size = 8, .n_layer = 3, .n_head = 2, .n_embd = 10};
+  PaddedUnits u = gpt_padded_units(cfg, 1);
+  EXPECT_EQ(u.root, 330);
+  EXPECT_EQ(u.blocks, (std::vector<int64_t>{1330, 1330, 1330}));
+  u = gpt_padded_units(cfg, 4);
+  EXPECT_EQ(u.root, 332);
+  EXPECT_EQ(u.blocks, (std::vector<int64_t>{1332, 1332, 1332}));
+  // Without biases: LayerNorms keep their weights (C each); a padded vocabulary counts in wte.
+  cfg.bias = false;
+  cfg.padded_vocab_size = 32;
+  u = gpt_padded_units(cfg, 1);
+  EXPECT_EQ(u.root, 320 + 80 + 10);
+  EXPECT_EQ(u.blocks[0], 1200 + 20);
+  // GPT-2 small (124M): 124,439,808 parameters with wte's 50,257 rows.
+  const nn::GPTConfig gpt2{.vocab_size = 50257, .block_size = 1024, .n_layer = 12, .n_head = 12, .n_embd = 768};
+  EXPECT_EQ(gpt_padded_units(gpt2, 1).total(), 124439808);
+}
+
 TEST(ClosedForms, PerCategoryMapIsTheSameFormula) {
   for (ZeroStage st : {ZeroStage::DDP, ZeroStage::One, ZeroStage::Two, ZeroStage::Three}) {
     int64_t sum = 0;

@@ -127,6 +127,23 @@ inline void expect_memory_closed_form(Communicator& comm, ZeroStage stage, DType
   run_zero(comm, c, probe);
 }
 
+// dist::gpt_padded_units predicts the partitioner's units of a GPT it never built: the same
+// padded sizes, unit for unit, at this N (the harness's C = 10 pads at N = 4).
+inline void expect_gpt_units_predicted(Communicator& comm) {
+  Probe probe;
+  probe.after_wrap = [&](ZeroPartitioner& z) {
+    PaddedUnits got;
+    for (const ParamUnit* u : z.units()) {
+      if (u->name() == "<root>") got.root = u->padded();
+      else got.blocks.push_back(u->padded());
+    }
+    const PaddedUnits want = gpt_padded_units(tiny_gpt(), comm.size());
+    EXPECT_EQ(got.root, want.root) << comm.prefix();
+    EXPECT_EQ(got.blocks, want.blocks) << comm.prefix();
+  };
+  run_zero(comm, RunConfig{.stage = ZeroStage::Three, .steps = 1}, probe);
+}
+
 // Bytes on the wire in one step equal the closed forms at the padded size (f32, 4 bytes):
 // DDP: all-reduce 4P; ZeRO-1/2: reduce-scatter 4P + post-step all-gather 4P (2 Psi);
 // ZeRO-3: forward all-gather 4P + backward all-gather 4P + reduce-scatter 4P (3 Psi);

@@ -38,6 +38,8 @@ TEST(ZeroLocal, MemoryFollowsClosedForms) {
     for (DType dt : {DType::F32, DType::BF16}) expect_memory_closed_form(local(), s, dt);
 }
 
+TEST(ZeroLocal, GptUnitsArePredicted) { expect_gpt_units_predicted(local()); }
+
 TEST(ZeroLocal, TrafficFollowsClosedForms) {
   for (ZeroStage s : kAllStages) expect_traffic_closed_form(local(), s);
 }

@@ -69,7 +69,33 @@ def read(path):
         return list(csv.DictReader(f))
 
 
-def check_run(exe, np_, mpiexec, preflags, out):
+def check_prediction(predict_exe, N, out, measured_memory, measured_traffic):
+    """zero_predict for the same model, never built, equals what the run measured: model-state
+    bytes after a step per stage and category, the step's peaks, and every collective's calls,
+    payload and wire bytes."""
+    cmd = [predict_exe, "--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C), "--seq", str(T),
+           "--vocab", str(V), "--ranks", str(N), "--out", out]
+    res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    expect(res.returncode == 0, f"zero_predict: exit {res.returncode}: {res.stdout}")
+    if res.returncode != 0:
+        return
+    pred = {(r["stage"], r["category"]): r for r in read(os.path.join(out, f"predict_memory_n{N}.csv"))}
+    for r in measured_memory:
+        key = (r["stage"], r["category"])
+        if r["category"] in ("param", "grad", "optim"):
+            expect(key in pred and int(pred[key]["after"]) == int(r["after"]),
+                   f"N={N} {key}: predicted {pred.get(key, {}).get('after')} bytes after a step, measured {r['after']}")
+            if int(r["peak_closed_form"]) >= 0:  # the categories whose step peak has a closed form
+                expect(key in pred and int(pred[key]["peak"]) == int(r["peak"]),
+                       f"N={N} {key}: predicted peak {pred.get(key, {}).get('peak')}, measured {r['peak']}")
+    ptraffic = read(os.path.join(out, f"predict_traffic_n{N}.csv"))
+    for st in STAGES:
+        want = {(r["collective"], r["phase"]): (r["calls"], r["payload"], r["wire"]) for r in measured_traffic if r["stage"] == st}
+        got = {(r["collective"], r["phase"]): (r["calls"], r["payload"], r["wire"]) for r in ptraffic if r["stage"] == st}
+        expect(got == want, f"N={N} {st}: predicted traffic {got}, measured {want}")
+
+
+def check_run(exe, np_, mpiexec, preflags, out, predict_exe=None):
     cmd = ([mpiexec, "-n", str(np_)] + preflags if np_ > 1 else []) + [exe, "--out", out] + FLAGS
     env = dict(os.environ, OMP_NUM_THREADS="1", ZDL_COLLECTIVE_TIMEOUT_S="60")
     res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=300)
@@ -139,6 +165,9 @@ def check_run(exe, np_, mpiexec, preflags, out):
             expect(int(rs["1"]["activation_peak"]) < int(rs["0"]["activation_peak"]),
                    f"N={N} {st}: checkpointed activation peak {rs['1']['activation_peak']} not below {rs['0']['activation_peak']}")
 
+    if predict_exe:
+        check_prediction(predict_exe, N, out, rows, trows)
+
     # The memory cap: per stage, without and with checkpointing, L* trained under the cap and L*+1
     # ran out of memory; checkpointing trains at least as many layers.
     frows = read(os.path.join(out, f"fit_n{N}.csv"))
@@ -157,12 +186,13 @@ def check_run(exe, np_, mpiexec, preflags, out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--exe", required=True)
+    ap.add_argument("--predict-exe", help="zero_predict: its prediction of the same model must equal the run's ledgers")
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--mpiexec", default="mpiexec")
     ap.add_argument("--preflags", default="", help="launcher flags before the program, ';'-separated (CMake list)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as out:
-        check_run(a.exe, a.np, a.mpiexec, [f for f in a.preflags.split(";") if f], out)
+        check_run(a.exe, a.np, a.mpiexec, [f for f in a.preflags.split(";") if f], out, a.predict_exe)
         if a.np == 1:
             res = subprocess.run([a.exe, "--device", "cuda", "--out", out], stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, text=True, timeout=60)

@@ -102,6 +102,8 @@ TEST(ZeroMpi, PrefetchDepthDoesNotChangeResults) {
   expect_equivalent(world(), {.stage = ZeroStage::Three, .prefetch = 3}, kExact);
 }
 
+TEST(ZeroMpi, GptUnitsArePredicted) { expect_gpt_units_predicted(world()); }
+
 TEST(ZeroMpi, MemoryFollowsClosedForms) {
   for (ZeroStage s : kAllStages)
     for (DType dt : {DType::F32, DType::BF16}) expect_memory_closed_form(world(), s, dt);

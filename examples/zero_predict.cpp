@@ -1,0 +1,224 @@
+// zero_predict: what DDP and ZeRO-1/2/3 need per rank for any GPT at any N, from the closed forms
+// that the walkthrough prints next to its measured ledgers and that the tests check against them
+// (dist/zero/closed_forms.h): model-state bytes by category after a step and at the step's
+// peak, the activations the forward keeps, bytes on the wire per step, and the largest model
+// (in blocks, at the given width) that fits a memory budget. Nothing is built or run: it takes
+// a second for GPT-2 XL on 1024 ranks.
+//
+//   zero_predict --model gpt2-xl --ranks 1,8,64,1024 --dtype bf16
+//   zero_predict --model gpt2 --memory-gib 16 --micro-batch 4       # + the largest n_layer that fits
+//   zero_predict --n-layer 2 --n-embd 35 --n-head 5 --vocab 256 --seq 32 --ranks 2 --out DIR
+//
+// --out writes predict_memory_n<N>.csv and predict_traffic_n<N>.csv in the columns of the
+// walkthrough's memory_n<N>.csv and traffic_n<N>.csv, so a prediction and a measurement of the
+// same model compare row by row (tests/examples/zero_walkthrough_test.py does, exactly).
+//
+// Counted: the model states (parameters, gradients, optimizer states: s, s, K bytes an element;
+// f32 s = 4, K = 8; bf16 s = 2, K = 12, the f32 master weights included), the reduce-scatter
+// buffer, and the activations each block keeps from forward to backward (per token
+// (17 C + NH + 4) s; C s under activation checkpointing, plus one block's while it recomputes).
+// Not counted: the logits and the forward's temporaries (the walkthrough measures those), the
+// allocator's slack, the framework itself.
+//
+// Exit codes: 0 done, 2 bad flags.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dist/zero/closed_forms.h"
+
+using namespace zdl;
+using dist::ZeroStage;
+
+namespace {
+
+constexpr ZeroStage kStages[] = {ZeroStage::DDP, ZeroStage::One, ZeroStage::Two, ZeroStage::Three};
+
+struct Args {
+  std::string model;
+  int64_t n_layer = 12, n_embd = 768, n_head = 12, vocab = 50257, seq = 1024;
+  std::vector<int64_t> ranks = {1, 2, 4, 8, 64, 1024};
+  std::string dtype = "f32";
+  int64_t micro_batch = 1;
+  bool checkpointing = false;
+  int prefetch = 1;
+  double memory_gib = 0;
+  std::string out;
+};
+
+// GPT-2's published sizes (the ZeRO paper's models are of this family).
+void apply_model(Args& a) {
+  const std::map<std::string, std::array<int64_t, 3>> sizes = {
+      {"gpt2", {12, 768, 12}}, {"gpt2-medium", {24, 1024, 16}}, {"gpt2-large", {36, 1280, 20}}, {"gpt2-xl", {48, 1600, 25}}};
+  const auto& s = sizes.at(a.model);
+  a.n_layer = s[0];
+  a.n_embd = s[1];
+  a.n_head = s[2];
+}
+
+// One stage's prediction at N ranks.
+struct Prediction {
+  std::map<MemoryCategory, int64_t> after;  // model states after a step, by ledger category
+  dist::StepPeaks peaks{};
+  int64_t activations = 0;  // kept from forward to backward (and one block's recompute)
+  int64_t wire = 0;         // bytes this rank sends per step
+  std::vector<dist::ExpectedTraffic> traffic;
+  int64_t peak_total() const { return peaks.parameters + peaks.gradients + peaks.optimizer_states + peaks.comm + activations; }
+};
+
+Prediction predict(const Args& a, const nn::GPTConfig& cfg, ZeroStage st, int64_t N, dist::ElementBytes e) {
+  const dist::PaddedUnits units = dist::gpt_padded_units(cfg, N);
+  Prediction p;
+  p.after = dist::state_bytes_closed_form(st, units.total(), N, e);
+  p.peaks = dist::step_peaks_closed_form(st, units, N, a.prefetch, e);
+  const dist::BlockActivations b = dist::block_activation_bytes(a.micro_batch, a.seq, cfg.n_embd, cfg.n_head, e.s);
+  p.activations = a.checkpointing ? cfg.n_layer * b.checkpointed + b.kept : cfg.n_layer * b.kept;
+  p.traffic = dist::traffic_closed_form(st, units.total(), static_cast<int64_t>(units.blocks.size()) + 1, N, e);
+  for (const auto& t : p.traffic) p.wire += t.wire;
+  return p;
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, bytes >= 1024.0 * 1024 * 1024 ? "%.2f GiB" : "%.2f MiB",
+                bytes / (bytes >= 1024.0 * 1024 * 1024 ? 1024.0 * 1024 * 1024 : 1024.0 * 1024));
+  return buf;
+}
+
+// The largest n_layer at this width whose predicted peak fits `budget` bytes (0: not even one).
+int64_t largest_fit(const Args& a, nn::GPTConfig cfg, ZeroStage st, int64_t N, dist::ElementBytes e, double budget) {
+  auto fits = [&](int64_t layers) {
+    cfg.n_layer = layers;
+    return static_cast<double>(predict(a, cfg, st, N, e).peak_total()) <= budget;
+  };
+  if (!fits(1)) return 0;
+  int64_t lo = 1, hi = 2;
+  while (hi < (int64_t{1} << 24) && fits(hi)) lo = hi, hi *= 2;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+void write_csvs(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBytes e) {
+  const std::string dt = a.dtype, suffix = "_n" + std::to_string(N) + ".csv";
+  std::ofstream mem(std::filesystem::path(a.out) / ("predict_memory" + suffix));
+  std::ofstream traffic(std::filesystem::path(a.out) / ("predict_traffic" + suffix));
+  if (!mem || !traffic) throw CLI::ValidationError("--out", "cannot write CSV files in '" + a.out + "'");
+  mem << "n,dtype,stage,category,after,peak\n";
+  traffic << "n,dtype,stage,collective,phase,calls,payload,wire\n";
+  for (ZeroStage st : kStages) {
+    const Prediction p = predict(a, cfg, st, N, e);
+    auto cat = [&](MemoryCategory c) { return p.after.count(c) ? p.after.at(c) : 0; };
+    const std::string s = dist::stage_name(st);
+    mem << N << "," << dt << "," << s << ",param," << cat(MemoryCategory::Parameter) + cat(MemoryCategory::ParameterShard)
+        << "," << p.peaks.parameters << "\n";
+    mem << N << "," << dt << "," << s << ",grad," << cat(MemoryCategory::Gradient) + cat(MemoryCategory::GradientShard)
+        << "," << p.peaks.gradients << "\n";
+    mem << N << "," << dt << "," << s << ",optim," << cat(MemoryCategory::OptimizerState) << ","
+        << p.peaks.optimizer_states << "\n";
+    mem << N << "," << dt << "," << s << ",comm,0," << p.peaks.comm << "\n";
+    for (const auto& t : p.traffic)
+      traffic << N << "," << dt << "," << s << "," << dist::collective_name(t.kind) << "," << dist::phase_name(t.phase)
+              << "," << t.calls << "," << t.payload << "," << t.wire << "\n";
+  }
+}
+
+void print_n(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBytes e) {
+  const dist::PaddedUnits units = dist::gpt_padded_units(cfg, N);
+  const int64_t psi = dist::gpt_padded_units(cfg, 1).total();
+  std::printf("\nN = %lld: Psi = %lld parameters, P = %lld padded (%lld units)\n", static_cast<long long>(N),
+              static_cast<long long>(psi), static_cast<long long>(units.total()),
+              static_cast<long long>(units.blocks.size() + 1));
+  std::printf("  %-7s %12s %12s %12s %12s %14s %14s %12s %8s\n", "stage", "param", "grad", "optim", "states",
+              "activations", "step peak", "wire/step", "vs DDP");
+  for (ZeroStage st : kStages) {
+    const Prediction p = predict(a, cfg, st, N, e);
+    int64_t states = 0;
+    for (auto& [c, b] : p.after) states += b;
+    auto sum = [&](MemoryCategory x, MemoryCategory y) {
+      return static_cast<double>((p.after.count(x) ? p.after.at(x) : 0) + (p.after.count(y) ? p.after.at(y) : 0));
+    };
+    std::printf("  %-7s %12s %12s %12s %12s %14s %14s %12s %7.2fx\n", dist::stage_name(st),
+                gib(sum(MemoryCategory::Parameter, MemoryCategory::ParameterShard)).c_str(),
+                gib(sum(MemoryCategory::Gradient, MemoryCategory::GradientShard)).c_str(),
+                gib(static_cast<double>(p.after.count(MemoryCategory::OptimizerState) ? p.after.at(MemoryCategory::OptimizerState) : 0)).c_str(),
+                gib(static_cast<double>(states)).c_str(), gib(static_cast<double>(p.activations)).c_str(),
+                gib(static_cast<double>(p.peak_total())).c_str(), gib(static_cast<double>(p.wire)).c_str(),
+                dist::memory_reduction(st, N, e));
+  }
+  if (a.memory_gib > 0) {
+    const double budget = a.memory_gib * 1024.0 * 1024 * 1024;
+    std::printf("  the largest n_layer whose step peak fits %.3g GiB (n_embd %lld):", a.memory_gib,
+                static_cast<long long>(cfg.n_embd));
+    for (ZeroStage st : kStages) {
+      const int64_t L = largest_fit(a, cfg, st, N, e, budget);
+      nn::GPTConfig c = cfg;
+      c.n_layer = std::max<int64_t>(L, 1);
+      std::printf("  %s %lld (%.3g B params)", dist::stage_name(st), static_cast<long long>(L),
+                  L > 0 ? static_cast<double>(dist::gpt_padded_units(c, 1).total()) / 1e9 : 0.0);
+    }
+    std::printf("\n");
+  }
+  if (!a.out.empty()) write_csvs(a, cfg, N, e);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"zero_predict: per-rank memory and traffic of DDP and ZeRO-1/2/3 for any GPT at any N, from the closed forms"};
+  app.add_option("--model", a.model, "GPT-2's sizes: gpt2, gpt2-medium, gpt2-large, gpt2-xl (sets --n-layer/--n-embd/--n-head)")
+      ->check(CLI::IsMember({"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"}));
+  app.add_option("--n-layer", a.n_layer, "blocks L")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--n-embd", a.n_embd, "channels C")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--n-head", a.n_head, "attention heads")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--vocab", a.vocab, "vocabulary (wte's rows)")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_option("--seq", a.seq, "context T (wpe's rows; the activations' sequence length)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--ranks", a.ranks, "world sizes N, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--dtype", a.dtype, "f32, or bf16 (mixed precision: K = 12)")->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--micro-batch", a.micro_batch, "sequences per rank per micro-step (activations)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_flag("--activation-checkpointing", a.checkpointing, "every block keeps only its input");
+  app.add_option("--prefetch", a.prefetch, "ZeRO-3 units gathered ahead")->check(CLI::Range(0, 64));
+  app.add_option("--memory-gib", a.memory_gib, "also find the largest n_layer whose step peak fits this per rank")
+      ->check(CLI::Range(0.0, 1e9));
+  app.add_option("--out", a.out, "a directory for predict_memory_n<N>.csv and predict_traffic_n<N>.csv")
+      ->check(CLI::ExistingDirectory);
+  try {
+    app.parse(argc, argv);
+    if (!a.model.empty()) {
+      for (const char* f : {"--n-layer", "--n-embd", "--n-head"})
+        if (app.count(f) > 0) throw CLI::ValidationError(f, "--model sets it; give one or the other");
+      apply_model(a);
+    }
+    if (a.n_embd % a.n_head != 0)
+      throw CLI::ValidationError("--n-embd", "n_embd " + std::to_string(a.n_embd) + " must be a multiple of n_head " +
+                                                 std::to_string(a.n_head));
+    const nn::GPTConfig cfg{.vocab_size = a.vocab, .block_size = a.seq, .n_layer = a.n_layer, .n_head = a.n_head,
+                            .n_embd = a.n_embd};
+    const dist::ElementBytes e = dist::ElementBytes::of(a.dtype == "bf16" ? DType::BF16 : DType::F32);
+    std::printf("GPT: n_layer %lld, n_embd %lld, n_head %lld, vocab %lld, seq %lld; %s (s = %lld, K = %lld); "
+                "micro-batch %lld%s; per rank\n",
+                static_cast<long long>(a.n_layer), static_cast<long long>(a.n_embd), static_cast<long long>(a.n_head),
+                static_cast<long long>(a.vocab), static_cast<long long>(a.seq), a.dtype.c_str(),
+                static_cast<long long>(e.s), static_cast<long long>(e.k), static_cast<long long>(a.micro_batch),
+                a.checkpointing ? ", activation checkpointing" : "");
+    for (int64_t N : a.ranks) print_n(a, cfg, N, e);
+    const double s = static_cast<double>(e.s), k = static_cast<double>(e.k);
+    std::printf("\nAs N grows, model states per rank fall by at most (2s+K)/(2s) = %.0fx (ZeRO-1), (2s+K)/s = %.0fx "
+                "(ZeRO-2), and N (ZeRO-3).\n",
+                (2 * s + k) / (2 * s), (2 * s + k) / s);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  return 0;
+}
