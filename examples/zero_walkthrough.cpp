@@ -136,12 +136,12 @@ int run(const Args& a, dist::Communicator& comm) {
   print_traffic_table(rep, stages);
   print_step_table(rep, a, runs, loss_tol);
   write_trace_csv(rep, runs);
+  if (a.cap_mib > 0) run_cap_experiment(rep, a, w);  // [4], then [5]: docs/walkthrough.md's order
   if (a.compare_checkpoint) {
     std::vector<StageRun> ckpt;
     for (ZeroStage st : kStages) ckpt.push_back(w.run_stage(st, a.prefetch, /*checkpointed=*/true));
     print_checkpoint_table(rep, a, stages, ckpt);
   }
-  if (a.cap_mib > 0) run_cap_experiment(rep, a, w);
   return print_summary(rep, a, loss_tol);
 }
 
