@@ -50,6 +50,19 @@ void require(bool ok, const Args&... parts) {
   if (!ok) throw Error(detail::str(parts...));
 }
 
+// `message` without ZDL_CHECK's trailing " (COND failed at FILE:LINE)": for programs that show a
+// library's error as the user's input problem (exit 2), where the location says nothing to them.
+inline std::string without_code_location(const std::string& message) {
+  const size_t at = message.rfind(" failed at ");
+  if (at == std::string::npos || message.empty() || message.back() != ')') return message;
+  int depth = 0;  // the '(' that opens the location, skipping the condition's own parentheses
+  for (size_t i = at; i-- > 0;) {
+    if (message[i] == ')') ++depth;
+    else if (message[i] == '(' && depth-- == 0) return i > 0 && message[i - 1] == ' ' ? message.substr(0, i - 1) : message;
+  }
+  return message;
+}
+
 // Formats a shape as [2,3,4]; used by every shape error message.
 inline std::string shape_str(const std::vector<int64_t>& v) { return detail::str(v); }
 

@@ -22,6 +22,7 @@
 //
 // Exit codes: 0 done, 2 bad flags.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -44,7 +45,7 @@ struct Args {
   std::vector<int64_t> ranks = {1, 2, 4, 8, 64, 1024};
   std::string dtype = "f32";
   int64_t micro_batch = 1;
-  bool checkpointing = false;
+  int64_t checkpoint_every = 0;  // train_gpt's --activation-checkpointing K: blocks 0, K, 2K, ...
   int prefetch = 1;
   double memory_gib = 0;
   std::string out;
@@ -76,7 +77,9 @@ Prediction predict(const Args& a, const nn::GPTConfig& cfg, ZeroStage st, int64_
   p.after = dist::state_bytes_closed_form(st, units.total(), N, e);
   p.peaks = dist::step_peaks_closed_form(st, units, N, a.prefetch, e);
   const dist::BlockActivations b = dist::block_activation_bytes(a.micro_batch, a.seq, cfg.n_embd, cfg.n_head, e.s);
-  p.activations = a.checkpointing ? cfg.n_layer * b.checkpointed + b.kept : cfg.n_layer * b.kept;
+  // K checkpoints blocks 0, K, 2K, ...: those keep their input, and one of them recomputes at a time.
+  const int64_t ckpt = a.checkpoint_every > 0 ? (cfg.n_layer + a.checkpoint_every - 1) / a.checkpoint_every : 0;
+  p.activations = ckpt * b.checkpointed + (cfg.n_layer - ckpt) * b.kept + (ckpt > 0 ? b.kept : 0);
   p.traffic = dist::traffic_closed_form(st, units.total(), static_cast<int64_t>(units.blocks.size()) + 1, N, e);
   for (const auto& t : p.traffic) p.wire += t.wire;
   return p;
@@ -89,15 +92,31 @@ std::string gib(double bytes) {
   return buf;
 }
 
-// The largest n_layer at this width whose predicted peak fits `budget` bytes (0: not even one).
+// The search's end: --n-layer's own limit.
+constexpr int64_t kMaxLayers = int64_t{1} << 20;
+
+// Whether every byte count of this model fits an int64 (with room: 2^62), parameters (16 bytes
+// each at most, with Adam) and the blocks' activations (about 18 C s per token).
+bool countable(const Args& a, int64_t n_layer) {
+  const double C = static_cast<double>(a.n_embd), L = static_cast<double>(n_layer);
+  const double params = L * (12 * C * C + 13 * C) + static_cast<double>(a.vocab + a.seq) * C;
+  const double acts = static_cast<double>(a.micro_batch) * static_cast<double>(a.seq) * 18 * C * L * 4;
+  return params * 16 <= 0x1p62 && acts <= 0x1p62;
+}
+
+// The largest n_layer at this width whose predicted peak fits `budget` bytes (0: not even one;
+// kMaxLayers: at least that many).
 int64_t largest_fit(const Args& a, nn::GPTConfig cfg, ZeroStage st, int64_t N, dist::ElementBytes e, double budget) {
   auto fits = [&](int64_t layers) {
     cfg.n_layer = layers;
     return static_cast<double>(predict(a, cfg, st, N, e).peak_total()) <= budget;
   };
+  int64_t limit = kMaxLayers;  // the largest n_layer the counts hold
+  while (limit > 1 && !countable(a, limit)) limit /= 2;
   if (!fits(1)) return 0;
+  if (fits(limit)) return limit;
   int64_t lo = 1, hi = 2;
-  while (hi < (int64_t{1} << 24) && fits(hi)) lo = hi, hi *= 2;
+  while (hi < limit && fits(hi)) lo = hi, hi *= 2;
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
     (fits(mid) ? lo : hi) = mid;
@@ -135,8 +154,8 @@ void print_n(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBy
   std::printf("\nN = %lld: Psi = %lld parameters, P = %lld padded (%lld units)\n", static_cast<long long>(N),
               static_cast<long long>(psi), static_cast<long long>(units.total()),
               static_cast<long long>(units.blocks.size() + 1));
-  std::printf("  %-7s %12s %12s %12s %12s %14s %14s %12s %8s\n", "stage", "param", "grad", "optim", "states",
-              "activations", "step peak", "wire/step", "vs DDP");
+  std::printf("  %-7s %12s %12s %12s %12s %14s %14s %12s %14s\n", "stage", "param", "grad", "optim", "states",
+              "activations", "step peak", "wire/step", "states vs DDP");
   for (ZeroStage st : kStages) {
     const Prediction p = predict(a, cfg, st, N, e);
     int64_t states = 0;
@@ -144,7 +163,7 @@ void print_n(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBy
     auto sum = [&](MemoryCategory x, MemoryCategory y) {
       return static_cast<double>((p.after.count(x) ? p.after.at(x) : 0) + (p.after.count(y) ? p.after.at(y) : 0));
     };
-    std::printf("  %-7s %12s %12s %12s %12s %14s %14s %12s %7.2fx\n", dist::stage_name(st),
+    std::printf("  %-7s %12s %12s %12s %12s %14s %14s %12s %13.2fx\n", dist::stage_name(st),
                 gib(sum(MemoryCategory::Parameter, MemoryCategory::ParameterShard)).c_str(),
                 gib(sum(MemoryCategory::Gradient, MemoryCategory::GradientShard)).c_str(),
                 gib(static_cast<double>(p.after.count(MemoryCategory::OptimizerState) ? p.after.at(MemoryCategory::OptimizerState) : 0)).c_str(),
@@ -160,8 +179,9 @@ void print_n(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBy
       const int64_t L = largest_fit(a, cfg, st, N, e, budget);
       nn::GPTConfig c = cfg;
       c.n_layer = std::max<int64_t>(L, 1);
-      std::printf("  %s %lld (%.3g B params)", dist::stage_name(st), static_cast<long long>(L),
-                  L > 0 ? static_cast<double>(dist::gpt_padded_units(c, 1).total()) / 1e9 : 0.0);
+      const bool at_limit = L > 1 && !countable(a, 2 * L);  // the search stopped at its end, not at the budget
+      std::printf("  %s %s%lld (%.3g parameters)", dist::stage_name(st), L == kMaxLayers || at_limit ? ">= " : "",
+                  static_cast<long long>(L), L > 0 ? static_cast<double>(dist::gpt_padded_units(c, 1).total()) : 0.0);
     }
     std::printf("\n");
   }
@@ -187,7 +207,9 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", a.dtype, "f32, or bf16 (mixed precision: K = 12)")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--micro-batch", a.micro_batch, "sequences per rank per micro-step (activations)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  app.add_flag("--activation-checkpointing", a.checkpointing, "every block keeps only its input");
+  app.add_option("--activation-checkpointing", a.checkpoint_every,
+                 "as train_gpt's: blocks 0, K, 2K, ... keep only their input (0: off; 1: every block)")
+      ->check(CLI::Range(int64_t{0}, kMaxLayers));
   app.add_option("--prefetch", a.prefetch, "ZeRO-3 units gathered ahead")->check(CLI::Range(0, 64));
   app.add_option("--memory-gib", a.memory_gib, "also find the largest n_layer whose step peak fits this per rank")
       ->check(CLI::Range(0.0, 1e9));
@@ -200,6 +222,13 @@ int main(int argc, char** argv) {
         if (app.count(f) > 0) throw CLI::ValidationError(f, "--model sets it; give one or the other");
       apply_model(a);
     }
+    // Every byte count below is an int64: refuse a model whose counts would not fit one.
+    if (!countable(a, a.n_layer))
+      throw CLI::ValidationError("the model", "its byte counts exceed 2^62: give a smaller one");
+    std::vector<int64_t> ranks;  // each N once, in the order given
+    for (int64_t n : a.ranks)
+      if (std::find(ranks.begin(), ranks.end(), n) == ranks.end()) ranks.push_back(n);
+    a.ranks = ranks;
     if (a.n_embd % a.n_head != 0)
       throw CLI::ValidationError("--n-embd", "n_embd " + std::to_string(a.n_embd) + " must be a multiple of n_head " +
                                                  std::to_string(a.n_head));
@@ -211,7 +240,9 @@ int main(int argc, char** argv) {
                 static_cast<long long>(a.n_layer), static_cast<long long>(a.n_embd), static_cast<long long>(a.n_head),
                 static_cast<long long>(a.vocab), static_cast<long long>(a.seq), a.dtype.c_str(),
                 static_cast<long long>(e.s), static_cast<long long>(e.k), static_cast<long long>(a.micro_batch),
-                a.checkpointing ? ", activation checkpointing" : "");
+                a.checkpoint_every > 0 ? (", activation checkpointing every " + std::to_string(a.checkpoint_every) +
+                                          (a.checkpoint_every == 1 ? " block" : " blocks")).c_str()
+                                       : "");
     for (int64_t N : a.ranks) print_n(a, cfg, N, e);
     const double s = static_cast<double>(e.s), k = static_cast<double>(e.k);
     std::printf("\nAs N grows, model states per rank fall by at most (2s+K)/(2s) = %.0fx (ZeRO-1), (2s+K)/s = %.0fx "

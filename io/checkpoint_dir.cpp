@@ -1,6 +1,7 @@
 #include "io/checkpoint_dir.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -116,6 +117,13 @@ void swap_into_place(const std::string& dir, const OwnedName& owns) {
   const std::string parent = checkpoint_parent(dir), saving = checkpoint_sibling(dir, ".saving"),
                     old = checkpoint_sibling(dir, ".old");
   carry_foreign_entries(dir, saving, owns);
+  // The new directory is the old one to its users: the same mode (a private 0700, a setgid
+  // group directory) and, where this process may set them, the same owner and group.
+  struct stat before {};
+  if (::stat(dir.c_str(), &before) == 0) {
+    [[maybe_unused]] const int owner = ::chown(saving.c_str(), before.st_uid, before.st_gid);
+    [[maybe_unused]] const int mode = ::chmod(saving.c_str(), before.st_mode & 07777);
+  }
   fsync_directory(saving);
   std::string previous;  // where the replaced checkpoint is now
   if (fs::exists(dir) && exchange_paths(saving, dir)) {

@@ -27,7 +27,8 @@ std::string resolve_checkpoint_dir(const std::string& dir, const char* marker_fi
 //                             or a rename through ".old" that load falls back to), then the previous
 //                             checkpoint is removed. What `dir` holds that the save does not own
 //                             (`owns(name)` false: an export, a user's notes) is carried over first
-//                             ([Note: foreign files]). A previous checkpoint that cannot be removed
+//                             ([Note: foreign files]), and `dir`'s mode and owner are given to the
+//                             new directory. A previous checkpoint that cannot be removed
 //                             (made read-only) is a warning, not a failed save: the new one is in place.
 // `owns` names the entries of `dir` a checkpoint of this kind writes (every file of any world size
 // or version, so stale ones go); their temporaries (".NAME.tmp.XXXXXX") count as owned too.

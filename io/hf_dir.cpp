@@ -113,7 +113,8 @@ class ConfigFields {
 nn::GPTConfig config_from_hf_dir(const std::string& dir, const GPT2ConfigOverrides& overrides) {
   require(overrides.n_head == 0, "config_from_hf_dir('", dir, "'): n_head comes from its config.json, not the overrides");
   const fs::path weights = fs::path(dir) / kHfWeightsFile, config_file = fs::path(dir) / kHfConfigFile;
-  require(fs::is_regular_file(weights), "'", dir, "' is a directory without ", kHfWeightsFile);
+  require(fs::exists(weights), "'", dir, "' is a directory without ", kHfWeightsFile);
+  require(fs::is_regular_file(weights), "'", weights.string(), "' is not a regular file");
   const nlohmann::json j = read_config_json(config_file, dir);
   const ConfigFields f(j, config_file.string());
 
@@ -146,11 +147,31 @@ nn::GPTConfig config_from_hf_dir(const std::string& dir, const GPT2ConfigOverrid
 
 namespace {
 
-// The directory `dir` names ("hf/" and "hf" alike), after the checks every writer needs.
+// What an export may replace: nothing, an empty directory, an earlier export (with the files
+// beside it a user added), or a zerodl checkpoint (an export next to it). Anything else (a
+// project folder, a home directory) is refused: a writer swaps the directory whole.
+bool replaceable(const fs::path& d) {
+  std::error_code ec;
+  if (!fs::exists(d, ec) || fs::is_empty(d, ec)) return true;
+  for (const char* marker : {kHfConfigFile, kHfWeightsFile, "layout.json"})
+    if (fs::exists(d / marker, ec)) return true;
+  return false;
+}
+
+// The directory `dir` names ("hf/" and "hf" alike; a symbolic link: the directory it points to),
+// after the checks every writer needs.
 fs::path hf_dir_path(const std::string& dir) {
   fs::path d = fs::path(dir).lexically_normal();
   if (d.filename().empty()) d = d.parent_path();
-  require(!d.empty() && d.filename() != "." && d.filename() != "..", "'", dir, "' names no new directory");
+  require(!d.empty() && !d.filename().empty() && d.filename() != "." && d.filename() != "..", "'", dir,
+          "' names no directory an export can replace; give a directory's name");
+  if (fs::is_symlink(d)) {  // the swap must replace the target, not the link
+    std::error_code ec;
+    const fs::path target = fs::canonical(d, ec);
+    require(!ec && fs::is_directory(target), "'", dir, "' is a symbolic link to ",
+            ec ? "a place that does not exist" : "something that is not a directory");
+    d = target;
+  }
   // The first part of the path that is not a directory, from the top ("afile/sub": 'afile').
   fs::path prefix;
   for (const fs::path& part : d) {
@@ -163,6 +184,9 @@ fs::path hf_dir_path(const std::string& dir) {
   }
   const fs::path parent = d.has_parent_path() ? d.parent_path() : ".";
   require(fs::is_directory(parent), "the directory '", parent.string(), "' (where '", dir, "' goes) does not exist");
+  require(replaceable(d), "'", dir, "' is a non-empty directory that is neither a model export (no ", kHfConfigFile,
+          " or ", kHfWeightsFile, ") nor a zerodl checkpoint; an export replaces its directory: choose a new or empty "
+          "one, or an export to replace");
   return d;
 }
 
@@ -170,7 +194,7 @@ bool owned_by_hf_export(const std::string& name) { return name == kHfWeightsFile
 
 }  // namespace
 
-void check_hf_dir_destination(const std::string& dir, int64_t bytes) {
+std::string check_hf_dir_destination(const std::string& dir, int64_t bytes) {
   const fs::path d = hf_dir_path(dir);
   if (fs::exists(d)) {
     // AT_EACCESS: the rights this process writes with (effective ids).
@@ -180,6 +204,7 @@ void check_hf_dir_destination(const std::string& dir, int64_t bytes) {
   }
   // The new pair is staged next to `dir`, on the parent's file system.
   check_can_write_in(d.has_parent_path() ? d.parent_path().string() : ".", dir, bytes);
+  return d.string();
 }
 
 void write_hf_dir(const std::string& dir, const nn::GPTConfig& cfg,

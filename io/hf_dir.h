@@ -44,11 +44,14 @@ std::string hf_gpt2_config_json(const nn::GPTConfig& cfg);
 // Errors name the directory and the field.
 nn::GPTConfig config_from_hf_dir(const std::string& dir, const GPT2ConfigOverrides& overrides = {});
 
-// Throws unless such a directory can be written at `dir`: no part of the path is a file, the
-// parent exists and takes new files, `dir` is absent or a writable directory, and the parent's
-// file system has `bytes` free (the model's file: gpt2_file_bytes). For a program to refuse a
-// bad destination before its work rather than after it; the message names the problem.
-void check_hf_dir_destination(const std::string& dir, int64_t bytes = 0);
+// Throws unless such a directory can be written at `dir`: it names a directory (not "/", ".",
+// ".."), no part of the path is a file, the parent exists and takes new files, `dir` is absent,
+// empty, an earlier export or a zerodl checkpoint (a writer replaces the directory whole, so a
+// project folder is refused), writable, and the parent's file system has `bytes` free (the
+// model's file: gpt2_file_bytes). A symbolic link stands for the directory it points to.
+// Returns that directory (links resolved): what a writer replaces, and what to lock. For a
+// program to refuse a bad destination before its work rather than after it.
+std::string check_hf_dir_destination(const std::string& dir, int64_t bytes = 0);
 
 // Writes such a directory: write_weights(path) writes the GPT-2-layout weights to `path`, then
 // config.json for `cfg` follows; both appear at `dir` together. Only `dir` is created (its parent

@@ -33,7 +33,7 @@ int report_failure(const char* name, dist::Communicator& comm, const std::option
   try {
     throw;
   } catch (const UsageError& e) {
-    if (comm.rank() == e.printer) std::fprintf(stderr, "%s: %s\n", name, e.what());
+    if (comm.rank() == e.printer) std::fprintf(stderr, "%s: %s\n", name, without_code_location(e.what()).c_str());
     return 2;
   } catch (const CollectiveStop& e) {
     if (comm.rank() == 0) std::fprintf(stderr, "\n%s: %s\n", name, e.what());

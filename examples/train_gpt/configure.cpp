@@ -138,7 +138,13 @@ void open_dataset(const Args& a, Setup& s, data::TokenFiles files, const dist::C
 
 // Checked before any training (not when the first save comes, hours later): only rank 0
 // probes --save, only some ranks open a metrics file.
-void open_outputs(const Args& a, Setup& s, const dist::Communicator& comm) {
+void open_outputs(Args& a, const CLI::App& app, Setup& s, const dist::Communicator& comm) {
+  for (const char* flag : {"--save", "--export-hf", "--metrics"})
+    if (given(app, flag) && app.get_option(flag)->as<std::string>().empty())
+      throw UsageError(std::string(flag) + " is empty: give a path");
+  if (given(app, "--eval-every") && a.eval_every > 0 && a.val_fraction == 0 && !a.eval_only)
+    throw UsageError(detail::str("--eval-every ", a.eval_every, " validates on the held-out split, and --val-fraction 0 ",
+                                 "holds none out: give --val-fraction above 0, or --eval-every 0"));
   try {
     if (comm.rank() == 0 && !a.save.empty()) {
       io::check_checkpoint_destination(a.save, "layout.json");
@@ -152,7 +158,8 @@ void open_outputs(const Args& a, Setup& s, const dist::Communicator& comm) {
                      "checkpoint, run consolidate_checkpoint CHECKPOINT_DIR OUT_DIR");
   try {  // writable, with room for the model's file, and not another run's
     if (comm.rank() == 0 && !a.export_hf.empty()) {
-      io::check_hf_dir_destination(a.export_hf, io::gpt2_file_bytes(s.cfg, s.dtype));
+      // A symbolic link stands for its target: that is what the export replaces, and locks.
+      a.export_hf = io::check_hf_dir_destination(a.export_hf, io::gpt2_file_bytes(s.cfg, s.dtype));
       if (!io::DirLock::held_here(a.export_hf)) s.export_lock = std::make_unique<io::DirLock>(a.export_hf);
     }
   } catch (const Error& e) {
@@ -173,7 +180,7 @@ Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device d
     data::TokenFiles files = open_data(a, s);
     check_model(a, app, s, files, comm.size(), dev);
     open_dataset(a, s, std::move(files), comm);
-    open_outputs(a, s, comm);
+    open_outputs(a, app, s, comm);
   });
   return s;
 }

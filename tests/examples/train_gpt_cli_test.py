@@ -303,6 +303,10 @@ class TrainGptCli(unittest.TestCase):
             (["--sample", "5", "--prompt", ""], "--prompt is empty"),  # before training, not after
             (["--n-layer", "2", "--activation-checkpointing", "99"], "--activation-checkpointing 99 exceeds"),
             (["--export-hf", os.path.join(self.data, "sub")], f"'{self.data}' is a file, not a directory"),
+            (["--export-hf", ""], "--export-hf is empty"),
+            (["--export-hf", "/"], "names no directory an export can replace"),
+            (["--export-hf", self.dir], "is a non-empty directory that is neither a model export"),
+            (["--eval-every", "1", "--val-fraction", "0"], "--val-fraction 0 holds none out"),
         ]
         for args, needle in cases:
             full = ["--data", self.data, "--steps", "2", *args] if "--data" not in args else ["--steps", "2", *args]

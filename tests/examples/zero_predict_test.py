@@ -71,6 +71,7 @@ def main():
         for args, needle in ((["--model", "gpt2", "--n-layer", "3"], "--model sets it"),
                              (["--n-embd", "100", "--n-head", "3"], "multiple of n_head"),
                              (["--ranks", "0"], "--ranks"), (["--dtype", "fp8"], "--dtype"),
+                             (["--n-layer", "1048576", "--n-embd", "1048576", "--n-head", "1"], "exceed 2^62"),
                              (["--out", os.path.join(out, "missing")], "--out")):
             res = subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
             expect(res.returncode == 2 and needle in res.stderr + res.stdout,

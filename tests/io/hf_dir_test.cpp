@@ -4,6 +4,7 @@
 // are checked before any work (a file in the path, no room, another writer).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -172,6 +173,50 @@ TEST(HfDir, ADestinationIsCheckedBeforeAnyWork) {
   EXPECT_NE(e.find("MB free"), std::string::npos) << e;
   EXPECT_NE(e.find("needs"), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(tmp / "hf")) << "a check writes nothing";
+}
+
+// An export replaces its directory whole: what it may replace is checked first, a link is
+// followed to the directory it names, and the directory keeps its mode and owner.
+TEST(HfDir, WhatAnExportReplacesIsChecked) {
+  TempDir tmp;
+  for (const std::string bad : {"/", "/.", "."}) {
+    const std::string e = error_of([&] { check_hf_dir_destination(bad); });
+    EXPECT_NE(e.find("names no directory an export can replace"), std::string::npos) << bad << ": " << e;
+  }
+  // A project folder (files, no export or checkpoint in it) is refused; an export or a
+  // checkpoint directory with other files beside it is not.
+  fs::create_directory(tmp / "project");
+  write_bytes(tmp / "project/main.cpp", "int main() {}\n");
+  std::string e = error_of([&] { check_hf_dir_destination(tmp / "project"); });
+  EXPECT_NE(e.find("is a non-empty directory that is neither a model export"), std::string::npos) << e;
+  e = error_of([&] { export_hf_dir(*make_gpt(config(1), 1), tmp / "project"); });
+  EXPECT_NE(e.find("non-empty directory"), std::string::npos) << e;
+  EXPECT_EQ(read_bytes(tmp / "project/main.cpp"), "int main() {}\n");
+  fs::create_directory(tmp / "ck");
+  write_bytes(tmp / "ck/layout.json", "{}");
+  EXPECT_EQ(error_of([&] { check_hf_dir_destination(tmp / "ck"); }), "");
+
+  // A link: the export goes to the directory it names, and the link stays a link.
+  const std::string target = tmp / "models/hf";
+  fs::create_directories(target);
+  fs::create_directory_symlink(target, tmp / "latest");
+  EXPECT_EQ(check_hf_dir_destination(tmp / "latest"), fs::canonical(target).string());
+  export_hf_dir(*make_gpt(config(2), 1), tmp / "latest");
+  EXPECT_TRUE(fs::is_symlink(tmp / "latest"));
+  EXPECT_EQ(config_from_hf_dir(target).n_layer, 2);
+  fs::create_directory_symlink(tmp / "nowhere", tmp / "dangling");
+  e = error_of([&] { check_hf_dir_destination(tmp / "dangling"); });
+  EXPECT_NE(e.find("is a symbolic link to a place that does not exist"), std::string::npos) << e;
+
+  // A private directory stays private; a setgid group directory keeps its bit.
+  const std::string priv = tmp / "priv";
+  fs::create_directory(priv);
+  ASSERT_EQ(::chmod(priv.c_str(), 02700), 0);
+  export_hf_dir(*make_gpt(config(1), 1), priv);
+  export_hf_dir(*make_gpt(config(1), 2), priv);
+  struct stat st {};
+  ASSERT_EQ(::stat(priv.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 02700u);
 }
 
 TEST(HfDir, AnotherProcessExportingToTheSameDirectoryIsRefused) {
