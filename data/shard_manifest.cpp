@@ -4,7 +4,6 @@
 #include <fnmatch.h>
 
 #include <charconv>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -13,6 +12,7 @@
 #include "core/check.h"
 #include "core/hash.h"
 #include "data/llmc_shard.h"
+#include "io/checkpoint_dir.h"
 #include "io/json_fields.h"
 
 namespace zdl::data {
@@ -21,11 +21,8 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string hex64(uint64_t v) {
-  char text[19];
-  std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(v));
-  return text;
-}
+// "0x" and io::hex64's 16 digits: how a manifest writes a checksum.
+std::string hex64(uint64_t v) { return "0x" + io::hex64(v); }
 
 // The directory part of a path as given, with its '/' ("" for a bare name): listed names are
 // joined to it as the glob's own matches are spelled.

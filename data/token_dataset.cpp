@@ -31,9 +31,10 @@ TokenDataset::TokenDataset(TokenFiles files, const TokenDatasetOptions& opts) : 
   ZDL_CHECK(train_size_ >= need, "TokenDataset '", path, "': train split has ", train_size_, " tokens (", n,
             " in all, val_fraction ", opts_.val_fraction, ") but one batch needs B*T+1 = ", B, "*", T, "+1 = ", need,
             "; use more data or a smaller batch_size / seq_len");
-  ZDL_CHECK(opts_.val_fraction == 0.0 || !opts_.val_required || n_val >= need, "TokenDataset '", path, "': val split has ", n_val,
-            " tokens (", n, " in all, val_fraction ", opts_.val_fraction, ") but one batch needs B*T+1 = ", B, "*",
-            T, "+1 = ", need, "; use more data, a larger val_fraction, or a smaller batch_size / seq_len");
+  ZDL_CHECK(opts_.val_fraction == 0.0 || !opts_.val_required || n_val >= need, "TokenDataset '", path,
+            "': val split has ", n_val, " tokens (", n, " in all, val_fraction ", opts_.val_fraction,
+            ") but one batch needs B*T+1 = ", B, "*", T, "+1 = ", need,
+            "; use more data, a larger val_fraction, or a smaller batch_size / seq_len");
   if (opts_.vocab_size > 0) files_.check_ids_below(opts_.vocab_size);
 }
 

@@ -150,16 +150,20 @@ void check_checkpoint_destination(const std::string& dir, const char* marker_fil
     require(fs::is_empty(p, ec) || fs::exists(p / marker_file, ec), "'", dir,
             "' is a non-empty directory that is not a zdl checkpoint (no ", marker_file,
             "); choose a new or empty directory, or a checkpoint to replace");
-    // AT_EACCESS: the rights this process writes with (effective ids), not access()'s real ids.
-    const bool writable = ::faccessat(AT_FDCWD, dir.c_str(), W_OK | X_OK, AT_EACCESS) == 0;
-    const int err = errno;
-    require(writable, "the checkpoint directory '", dir, "' is not writable (", std::strerror(err),
+    const std::string why = unwritable_reason(dir);
+    require(why.empty(), "the checkpoint directory '", dir, "' is not writable (", why,
             "): a save replaces its checkpoint files");
   }
   const std::string parent = checkpoint_parent(dir);
   fs::create_directories(parent, ec);
   require(!ec, "cannot create the directory '", parent, "' for '", dir, "': ", ec.message());
   check_can_write_in(parent, dir);
+}
+
+std::string unwritable_reason(const std::string& dir) {
+  // AT_EACCESS: the rights this process writes with (effective ids), not access()'s real ids.
+  if (::faccessat(AT_FDCWD, dir.c_str(), W_OK | X_OK, AT_EACCESS) == 0) return "";
+  return std::strerror(errno);
 }
 
 void check_can_write_in(const std::string& parent, const std::string& dir, int64_t bytes) {

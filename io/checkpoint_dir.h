@@ -40,6 +40,9 @@ void swap_into_place(const std::string& dir, const OwnedName& owns);
 // `dir` is writable (a save removes the files of the checkpoint it replaces). For startup checks, so a
 // typo or a read-only disk fails at once, not at the first save hours later.
 void check_checkpoint_destination(const std::string& dir, const char* marker_file);
+// "" when this process may create and remove entries in the existing directory `dir` (its
+// effective ids, as a write would use them), else the reason (strerror).
+std::string unwritable_reason(const std::string& dir);
 // Throws unless this process can create files in the existing directory `parent` (where `dir`
 // goes; a probe file is made and removed), and, for bytes > 0, unless its file system has
 // `bytes` free for this process (statvfs's f_bavail). Startup checks of outputs.

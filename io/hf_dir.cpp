@@ -1,11 +1,5 @@
 #include "io/hf_dir.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <optional>
 
@@ -197,10 +191,8 @@ bool owned_by_hf_export(const std::string& name) { return name == kHfWeightsFile
 std::string check_hf_dir_destination(const std::string& dir, int64_t bytes) {
   const fs::path d = hf_dir_path(dir);
   if (fs::exists(d)) {
-    // AT_EACCESS: the rights this process writes with (effective ids).
-    const bool writable = ::faccessat(AT_FDCWD, d.c_str(), W_OK | X_OK, AT_EACCESS) == 0;
-    const int err = errno;
-    require(writable, "the directory '", dir, "' is not writable (", std::strerror(err), ")");
+    const std::string why = unwritable_reason(d.string());
+    require(why.empty(), "the directory '", dir, "' is not writable (", why, ")");
   }
   // The new pair is staged next to `dir`, on the parent's file system.
   check_can_write_in(d.has_parent_path() ? d.parent_path().string() : ".", dir, bytes);

@@ -109,7 +109,9 @@ std::string rescue_model(Session& x, const std::string& error, const io::Metadat
            " OUT_DIR writes the same directory";
   const char* tmp = std::getenv("TMPDIR");
   const std::string name = "train_gpt-model-" + std::to_string(::getpid());
-  for (const std::string& place : {std::filesystem::absolute(name).string(), std::string(tmp && *tmp ? tmp : "/tmp") + "/" + name}) {
+  const std::string places[] = {std::filesystem::absolute(name).string(),
+                                std::string(tmp && *tmp ? tmp : "/tmp") + "/" + name};
+  for (const std::string& place : places) {
     try {
       io::export_hf_dir(x.model, place, meta);
       return msg + "; the model was written to '" + place + "' instead (model.safetensors, config.json)";
