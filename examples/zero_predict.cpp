@@ -23,6 +23,7 @@
 // Exit codes: 0 done, 2 bad flags.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -61,20 +62,25 @@ void apply_model(Args& a) {
   a.n_head = s[2];
 }
 
+// The model states in dist::kModelStates' order, as the walkthrough's CSVs name them.
+constexpr const char* kStateNames[] = {"param", "grad", "optim"};
+
 // One stage's prediction at N ranks.
 struct Prediction {
-  std::map<MemoryCategory, int64_t> after;  // model states after a step, by ledger category
+  std::array<int64_t, 3> after{};  // each model state's bytes after a step (dist::kModelStates' order)
   dist::StepPeaks peaks{};
   int64_t activations = 0;  // kept from forward to backward (and one block's recompute)
   int64_t wire = 0;         // bytes this rank sends per step
   std::vector<dist::ExpectedTraffic> traffic;
+  int64_t states() const { return after[0] + after[1] + after[2]; }
   int64_t peak_total() const { return peaks.parameters + peaks.gradients + peaks.optimizer_states + peaks.comm + activations; }
 };
 
 Prediction predict(const Args& a, const nn::GPTConfig& cfg, ZeroStage st, int64_t N, dist::ElementBytes e) {
   const dist::PaddedUnits units = dist::gpt_padded_units(cfg, N);
   Prediction p;
-  p.after = dist::state_bytes_closed_form(st, units.total(), N, e);
+  for (size_t i = 0; i < p.after.size(); ++i)
+    p.after[i] = dist::model_state_bytes(st, dist::kModelStates[i], units.total(), N, e);
   p.peaks = dist::step_peaks_closed_form(st, units, N, a.prefetch, e);
   const dist::BlockActivations b = dist::block_activation_bytes(a.micro_batch, a.seq, cfg.n_embd, cfg.n_head, e.s);
   // K checkpoints blocks 0, K, 2K, ...: those keep their input, and one of them recomputes at a time.
@@ -85,10 +91,12 @@ Prediction predict(const Args& a, const nn::GPTConfig& cfg, ZeroStage st, int64_
   return p;
 }
 
-std::string gib(double bytes) {
+// Bytes as GiB, or MiB below one GiB.
+std::string gib(int64_t bytes) {
+  constexpr double MiB = 1024.0 * 1024, GiB = 1024 * MiB;
+  const double b = static_cast<double>(bytes);
   char buf[32];
-  std::snprintf(buf, sizeof buf, bytes >= 1024.0 * 1024 * 1024 ? "%.2f GiB" : "%.2f MiB",
-                bytes / (bytes >= 1024.0 * 1024 * 1024 ? 1024.0 * 1024 * 1024 : 1024.0 * 1024));
+  std::snprintf(buf, sizeof buf, b >= GiB ? "%.2f GiB" : "%.2f MiB", b / (b >= GiB ? GiB : MiB));
   return buf;
 }
 
@@ -133,14 +141,10 @@ void write_csvs(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::Elemen
   traffic << "n,dtype,stage,collective,phase,calls,payload,wire\n";
   for (ZeroStage st : kStages) {
     const Prediction p = predict(a, cfg, st, N, e);
-    auto cat = [&](MemoryCategory c) { return p.after.count(c) ? p.after.at(c) : 0; };
     const std::string s = dist::stage_name(st);
-    mem << N << "," << dt << "," << s << ",param," << cat(MemoryCategory::Parameter) + cat(MemoryCategory::ParameterShard)
-        << "," << p.peaks.parameters << "\n";
-    mem << N << "," << dt << "," << s << ",grad," << cat(MemoryCategory::Gradient) + cat(MemoryCategory::GradientShard)
-        << "," << p.peaks.gradients << "\n";
-    mem << N << "," << dt << "," << s << ",optim," << cat(MemoryCategory::OptimizerState) << ","
-        << p.peaks.optimizer_states << "\n";
+    const int64_t peaks[] = {p.peaks.parameters, p.peaks.gradients, p.peaks.optimizer_states};
+    for (size_t i = 0; i < p.after.size(); ++i)
+      mem << N << "," << dt << "," << s << "," << kStateNames[i] << "," << p.after[i] << "," << peaks[i] << "\n";
     mem << N << "," << dt << "," << s << ",comm,0," << p.peaks.comm << "\n";
     for (const auto& t : p.traffic)
       traffic << N << "," << dt << "," << s << "," << dist::collective_name(t.kind) << "," << dist::phase_name(t.phase)
@@ -158,18 +162,9 @@ void print_n(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBy
               "activations", "step peak", "wire/step", "states vs DDP");
   for (ZeroStage st : kStages) {
     const Prediction p = predict(a, cfg, st, N, e);
-    int64_t states = 0;
-    for (auto& [c, b] : p.after) states += b;
-    auto sum = [&](MemoryCategory x, MemoryCategory y) {
-      return static_cast<double>((p.after.count(x) ? p.after.at(x) : 0) + (p.after.count(y) ? p.after.at(y) : 0));
-    };
-    std::printf("  %-7s %12s %12s %12s %12s %14s %14s %12s %13.2fx\n", dist::stage_name(st),
-                gib(sum(MemoryCategory::Parameter, MemoryCategory::ParameterShard)).c_str(),
-                gib(sum(MemoryCategory::Gradient, MemoryCategory::GradientShard)).c_str(),
-                gib(static_cast<double>(p.after.count(MemoryCategory::OptimizerState) ? p.after.at(MemoryCategory::OptimizerState) : 0)).c_str(),
-                gib(static_cast<double>(states)).c_str(), gib(static_cast<double>(p.activations)).c_str(),
-                gib(static_cast<double>(p.peak_total())).c_str(), gib(static_cast<double>(p.wire)).c_str(),
-                dist::memory_reduction(st, N, e));
+    std::printf("  %-7s %12s %12s %12s %12s %14s %14s %12s %13.2fx\n", dist::stage_name(st), gib(p.after[0]).c_str(),
+                gib(p.after[1]).c_str(), gib(p.after[2]).c_str(), gib(p.states()).c_str(), gib(p.activations).c_str(),
+                gib(p.peak_total()).c_str(), gib(p.wire).c_str(), dist::memory_reduction(st, N, e));
   }
   if (a.memory_gib > 0) {
     const double budget = a.memory_gib * 1024.0 * 1024 * 1024;
