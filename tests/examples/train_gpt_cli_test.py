@@ -25,6 +25,7 @@ SMALL = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--seq", "16", "--
 
 
 from mpi_launcher import MPI_ENV, MPIRUN, command, mpmd
+from sample_text import write_sample_text
 from skip_unless_ci import skip_unless_ci
 
 
@@ -124,10 +125,7 @@ class TrainGptCli(unittest.TestCase):
         self.tmp = tempfile.TemporaryDirectory()
         self.dir = self.tmp.name
         self.data = os.path.join(self.dir, "data.txt")
-        lines = [f"the {a} sat on the {b} number {i % 17}.\n" for i, (a, b) in
-                 enumerate(zip(["cat", "dog", "fox", "owl"] * 300, ["mat", "log", "box", "rug", "hat"] * 240))]
-        with open(self.data, "w") as f:
-            f.write("".join(lines))
+        write_sample_text(self.data)
 
     def tearDown(self):
         self.tmp.cleanup()

@@ -18,6 +18,7 @@ import tempfile
 import unittest
 
 from mpi_launcher import MPI_ENV, MPIRUN, command
+from sample_text import write_sample_text
 
 TRAIN_GPT = None
 SMALL = ["--n-layer", "2", "--n-head", "2", "--n-embd", "64", "--seq", "32", "--batch", "4",
@@ -56,10 +57,7 @@ class TrainGptCuda(unittest.TestCase):
         self.tmp = tempfile.TemporaryDirectory()
         self.dir = self.tmp.name
         self.data = self.p("data.txt")
-        lines = [f"the {a} sat on the {b} number {i % 17}.\n" for i, (a, b) in
-                 enumerate(zip(["cat", "dog", "fox", "owl"] * 300, ["mat", "log", "box", "rug", "hat"] * 240))]
-        with open(self.data, "w") as f:
-            f.write("".join(lines))
+        write_sample_text(self.data)
 
     def tearDown(self):
         self.tmp.cleanup()

@@ -28,6 +28,7 @@ TRAIN_GPT = None
 SMALL = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--seq", "16", "--batch", "4",
          "--eval-every", "0", "--warmup", "2", "--lr", "3e-3"]
 from mpi_launcher import MPI_ENV, MPIRUN, command, mpmd
+from sample_text import write_sample_text
 from skip_unless_ci import skip_unless_ci
 # The watchdog timeout of the distributed fault tests, and what the job may take beyond it to end.
 TIMEOUT_S = 5
@@ -137,10 +138,7 @@ class TrainGptFaults(unittest.TestCase):
         self.tmp = tempfile.TemporaryDirectory()
         self.dir = self.tmp.name
         self.data = self.p("data.txt")
-        lines = [f"the {a} sat on the {b} number {i % 17}.\n" for i, (a, b) in
-                 enumerate(zip(["cat", "dog", "fox", "owl"] * 300, ["mat", "log", "box", "rug", "hat"] * 240))]
-        with open(self.data, "w") as f:
-            f.write("".join(lines))
+        write_sample_text(self.data)
         self.procs, self.files, self.ranks = [], [], []
 
     def tearDown(self):
