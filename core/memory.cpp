@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/check.h"
@@ -68,6 +69,28 @@ void MemoryLedger::on_free(Device device, MemoryCategory cat, int64_t bytes) {
   MemoryStats& s = stats_[slot(device)];
   s.current[static_cast<int>(cat)] -= bytes;
   s.total_current -= bytes;
+}
+
+void MemoryLedger::on_offload(MemoryCategory cat, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  MemoryStats& s = offloaded_;
+  const int i = static_cast<int>(cat);
+  s.current[i] += bytes;
+  s.peak[i] = std::max(s.peak[i], s.current[i]);
+  s.total_current += bytes;
+  s.total_peak = std::max(s.total_peak, s.total_current);
+  ++s.num_allocs;
+}
+
+void MemoryLedger::on_offload_free(MemoryCategory cat, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  offloaded_.current[static_cast<int>(cat)] -= bytes;
+  offloaded_.total_current -= bytes;
+}
+
+MemoryStats MemoryLedger::offloaded() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return offloaded_;
 }
 
 MemoryStats MemoryLedger::stats(Device device) const {

@@ -59,6 +59,13 @@ class MemoryLedger {
   void reset_peaks(Device device);
   void reset_peaks_all();
 
+  // The offload place (ZeRO-Infinity's NVMe tier): bytes of each category this rank keeps in its
+  // scratch file (dist/offload/nvme_store.h), counted when their region is reserved and freed
+  // with the store. Separate from every device: a cap never counts them.
+  void on_offload(MemoryCategory cat, int64_t bytes);
+  void on_offload_free(MemoryCategory cat, int64_t bytes);
+  MemoryStats offloaded() const;
+
   // Cap on the total bytes of a device kind (0 = no cap).
   void set_cap(DeviceType type, int64_t bytes);
   int64_t cap(DeviceType type) const;
@@ -67,6 +74,7 @@ class MemoryLedger {
   static int slot(Device d) { return d.is_cpu() ? 0 : 1 + (d.index & 15); }
   mutable std::mutex mu_;
   std::array<MemoryStats, 17> stats_{};
+  MemoryStats offloaded_{};
   std::array<int64_t, 2> caps_{};
 };
 

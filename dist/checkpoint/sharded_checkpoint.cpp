@@ -406,21 +406,29 @@ void save_files_and_swap(const std::string& dir, const std::string& saving, cons
   // 2. Every rank writes its blocks (views of its masters and moments, no copies; states on a GPU
   // are copied to the host tensor by tensor as the file is written).
   uint64_t bytes = 0, sum = 0;
+  // Streamed unit by unit: an offloaded unit's states are in memory only while it is written.
   on_every_rank(comm, what, [&] {
     NoGradGuard ng;
-    io::NamedTensors tensors;
     const std::vector<OptimizerShard> shards = zero.optimizer_shards();
     const std::vector<const ParamUnit*> units = zero.units();
+    std::vector<io::SafetensorsTensorSpec> specs;  // one dtype: the declared order is aligned
+    for (size_t i = 0; i < shards.size(); ++i)
+      for (const Segment& g : units[i]->shard_segments(rank))
+        for (int k = 0; k < 3; ++k)
+          specs.push_back({entry_name(g.slot->name, kStates[k], g.param_begin()), shards[i].master.dtype(), {g.numel()}});
+    const std::string path = (fs::path(saving) / names[rank]).string();
+    io::SafetensorsStreamWriter w(path, std::move(specs),
+                                  {{"format", kFormat}, {"rank", std::to_string(rank)}, {"world_size", std::to_string(N)}});
     for (size_t i = 0; i < shards.size(); ++i) {
+      Resident offloaded(opt.offloaded_states(i));
+      offloaded.wait();
       const auto states = unit_states(shards[i], opt, i);
       for (const Segment& g : units[i]->shard_segments(rank))
         for (int k = 0; k < 3; ++k)
-          tensors.emplace_back(entry_name(g.slot->name, kStates[k], g.param_begin()),
-                               flat_range(states[k], g.begin - shards[i].begin, g.numel()));
+          w.append(entry_name(g.slot->name, kStates[k], g.param_begin()),
+                   flat_range(states[k], g.begin - shards[i].begin, g.numel()));
     }
-    const std::string path = (fs::path(saving) / names[rank]).string();
-    io::save_safetensors(path, tensors,
-                         {{"format", kFormat}, {"rank", std::to_string(rank)}, {"world_size", std::to_string(N)}});
+    w.commit();
     // Checksummed from the disk: it covers what a later load will read.
     bytes = fs::file_size(path);
     sum = io::fnv1a64_file(path);
@@ -498,6 +506,8 @@ io::TrainState load_impl(const std::string& dir, ZeroPartitioner& zero, ZeroAdam
     NoGradGuard ng;
     const std::vector<OptimizerShard> shards = zero.optimizer_shards();
     for (size_t i = 0; i < shards.size(); ++i) {
+      Resident offloaded({}, opt.offloaded_states(i));  // written back when the unit is filled
+      offloaded.wait();
       const auto states = unit_states(shards[i], opt, i);
       auto filled = states;
       if (!states[0].device().is_cpu()) {

@@ -24,6 +24,28 @@ StagePolicy StagePolicy::of(ZeroStage s) {
   return {};
 }
 
+StagePolicy StagePolicy::of(ZeroStage s, const OffloadOptions& o) {
+  StagePolicy p = of(s);
+  p.optimizer_on_nvme = o.optimizer == OffloadTarget::Nvme;
+  p.params_on_nvme = o.params == OffloadTarget::Nvme;
+  return p;
+}
+
+const char* offload_target_name(OffloadTarget t) {
+  switch (t) {
+    case OffloadTarget::None: return "none";
+    case OffloadTarget::Cpu: return "cpu";
+    case OffloadTarget::Nvme: return "nvme";
+  }
+  return "?";
+}
+
+OffloadTarget offload_target_from_name(const std::string& s) {
+  for (OffloadTarget t : {OffloadTarget::None, OffloadTarget::Cpu, OffloadTarget::Nvme})
+    if (s == offload_target_name(t)) return t;
+  throw Error(detail::str("offload target must be none, cpu or nvme, got '", s, "'"));
+}
+
 const char* stage_title(ZeroStage s) {
   switch (s) {
     case ZeroStage::DDP: return "DDP";

@@ -29,6 +29,26 @@ enum class GradReduction { Exact, Native };
 // 3 = + parameters (gathered around each unit's forward and backward, freed afterwards).
 enum class ZeroStage : int { DDP = 0, One = 1, Two = 2, Three = 3 };
 
+// Where a model state lives between its uses, beyond this rank's memory (docs/offload.md).
+//   None: in memory (the device's). Cpu: host memory; on CPU ranks that is where every state
+//     already is, so it is the same as None (it matters on a GPU, where it is not supported yet).
+//   Nvme: the rank's scratch file under OffloadOptions::dir, fetched one unit ahead of use.
+enum class OffloadTarget { None, Cpu, Nvme };
+
+struct OffloadOptions {
+  // Adam's moments and the f32 masters of a mixed-precision run (the f32 master of an f32 run is
+  // the parameter itself: under stages 0-2 it stays in memory; under ZeRO-3 `params` moves it).
+  OffloadTarget optimizer = OffloadTarget::None;
+  // ZeRO-3's parameter shards (the all-gathers' sources): None or Nvme. Stage 3 only.
+  OffloadTarget params = OffloadTarget::None;
+  // A directory on a fast local disk for the scratch files (one per rank, removed at exit).
+  std::string dir;
+  bool any_nvme() const { return optimizer == OffloadTarget::Nvme || params == OffloadTarget::Nvme; }
+};
+
+const char* offload_target_name(OffloadTarget t);            // "none", "cpu", "nvme"
+OffloadTarget offload_target_from_name(const std::string& s);  // throws for anything else
+
 // What a stage shards, decided once from the stage (ZeroPartitioner::policy()); the partition
 // manager reads these flags, never the stage number.
 struct StagePolicy {
@@ -39,7 +59,11 @@ struct StagePolicy {
                                    // and backward and freed after (stage 3)
   bool gather_after_step = false;  // the optimizer updated a block of replicated parameters: all-gather
                                    // them after the step (stages 1-2)
+  // Offload (docs/offload.md): where the states live between uses; the arithmetic never changes.
+  bool optimizer_on_nvme = false;  // moments and separate masters in the scratch file
+  bool params_on_nvme = false;     // parameter shards in the scratch file (stage 3)
   static StagePolicy of(ZeroStage s);
+  static StagePolicy of(ZeroStage s, const OffloadOptions& o);
 };
 
 struct ZeroOptions {
@@ -61,6 +85,9 @@ struct ZeroOptions {
   // Before each collective, check with one tiny all-gather that every rank is at the same
   // unit and event; on a mismatch every rank throws an error naming the first differing unit.
   bool check_divergence = true;
+  // Optimizer states and parameter shards beyond memory (ZeRO-Offload / ZeRO-Infinity):
+  // bit-identical to the same run without it.
+  OffloadOptions offload;
   // Which modules become units (default: type name "Block"); everything else goes to the root unit.
   std::function<bool(const nn::Module&)> is_unit;
 };

@@ -108,6 +108,20 @@ void ParamUnit::allocate() {
     impl->dtype = ctx_.compute_dtype;
     s.param.set_grad(Tensor());
   }
+  place_offloaded();
+}
+
+// Written once to the store, then released: from here on the unit brings them in around each use.
+void ParamUnit::place_offloaded() {
+  const StagePolicy& pol = ctx_.policy;
+  if (pol.params_on_nvme) {
+    param_shard_.storage()->set_label("parameter shard of unit " + name_);
+    shard_off_ = std::make_unique<OffloadedBuffer>(*ctx_.nvme, param_shard_);
+  }
+  if (pol.optimizer_on_nvme && separate_master_) {
+    master_.storage()->set_label("master of unit " + name_);
+    master_off_ = std::make_unique<OffloadedBuffer>(*ctx_.nvme, master_);
+  }
 }
 
 void ParamUnit::allocate_params() {
@@ -245,6 +259,10 @@ void ParamUnit::unshard(CommPhase phase) {
   if (param_state_ != ParamState::Sharded) return;
   ctx_.before_collective(phase, *this);
   CommPhaseScope ps(phase);
+  if (shard_off_) {  // the gather's source, from the disk (already on its way after prefetch_shard)
+    shard_off_->fetch_async();
+    shard_off_->wait();
+  }
   full_->materialize(MemoryCategory::Parameter);
   pending_gather_ = ctx_.comm->all_gather_async(param_shard_, full_flat_);
   param_state_ = ParamState::Unsharding;
@@ -255,6 +273,7 @@ void ParamUnit::wait_unshard() {
   if (param_state_ != ParamState::Unsharding) return;
   pending_gather_->wait();  // a watchdog error leaves the unit Unsharding: its bytes may still arrive
   pending_gather_.reset();
+  if (shard_off_) shard_off_->evict();  // read by the gather only; unchanged, so just freed
   param_state_ = ParamState::Unsharded;
   ctx_.trace(TraceKind::GatherDone, *this);
 }
@@ -263,6 +282,7 @@ void ParamUnit::reshard() {
   if (param_state_ == ParamState::Unsharding) {
     pending_gather_->wait();
     pending_gather_.reset();
+    if (shard_off_) shard_off_->evict();
   }
   full_->release();
   param_state_ = ParamState::Sharded;
@@ -271,12 +291,24 @@ void ParamUnit::reshard() {
 void ParamUnit::refresh_params() {
   const StagePolicy& pol = ctx_.policy;
   if (!pol.shard_optimizer) {
-    if (separate_master_) full_flat_.copy_(master_);
+    if (separate_master_) {
+      Resident r({master_off_.get()});
+      r.wait();
+      full_flat_.copy_(master_);
+    }
   } else if (pol.shard_parameters) {
-    if (separate_master_) param_shard_.copy_(master_);
+    if (separate_master_) {
+      Resident r({master_off_.get()}, {shard_off_.get()});
+      r.wait();
+      param_shard_.copy_(master_);
+    }
   } else if (pol.gather_after_step) {
     Tensor own = own_block_of_full();
-    if (separate_master_) own.copy_(master_);
+    if (separate_master_) {
+      Resident r({master_off_.get()});
+      r.wait();
+      own.copy_(master_);
+    }
     ctx_.before_collective(CommPhase::PostStepGather, *this);
     CommPhaseScope ps(CommPhase::PostStepGather);
     ctx_.comm->all_gather(own, full_flat_);
@@ -284,16 +316,30 @@ void ParamUnit::refresh_params() {
 }
 
 void ParamUnit::write_back_full() {
-  Tensor own = Tensor::from_storage(full_, {master_.numel()}, {1}, master_begin_, ctx_.compute_dtype);
-  if (ctx_.policy.shard_parameters) {
-    master_.copy_(own);
-    if (separate_master_) param_shard_.copy_(master_);
-  } else if (separate_master_) {
-    master_.copy_(own);
+  {
+    Resident r({}, {master_off_.get(), shard_off_.get()});
+    r.wait();
+    Tensor own = Tensor::from_storage(full_, {master_.numel()}, {1}, master_begin_, ctx_.compute_dtype);
+    if (ctx_.policy.shard_parameters) {
+      master_.copy_(own);
+      if (separate_master_) param_shard_.copy_(master_);
+    } else if (separate_master_) {
+      master_.copy_(own);
+    }
   }
+  settle_offload();
 }
 
 Tensor ParamUnit::full_params() const { return full_->is_released() ? Tensor() : full_flat_; }
+
+void ParamUnit::prefetch_shard() {
+  if (shard_off_ && param_state_ == ParamState::Sharded) shard_off_->fetch_async();
+}
+
+void ParamUnit::settle_offload() {
+  if (shard_off_) shard_off_->settle();
+  if (master_off_) master_off_->settle();
+}
 
 // ---- gradients ----
 
@@ -417,7 +463,10 @@ void ParamUnit::zero_grad() {
 }
 
 OptimizerShard ParamUnit::optimizer_shard() const {
-  return {master_, grad_shard_, master_begin_, segments(master_begin_, master_begin_ + master_.numel())};
+  OptimizerShard s{master_, grad_shard_, master_begin_, segments(master_begin_, master_begin_ + master_.numel()), {}};
+  if (master_off_) s.offloaded.push_back(master_off_.get());
+  else if (shard_off_ && master_.same(param_shard_)) s.offloaded.push_back(shard_off_.get());  // f32 ZeRO-3
+  return s;
 }
 
 }  // namespace zdl::dist

@@ -15,6 +15,9 @@
 //                                                    backward and its reduce-scatter
 //   grad_shard  Psi_u/N x s          GradientShard  stage 2-3 (stage 1: a view of grad_full)
 // Adam's moments are the optimizer's (dist/zero/zero_adamw.h), shaped like the master.
+// Offload (docs/offload.md): with StagePolicy::params_on_nvme the param_shard, and with
+// optimizer_on_nvme a separate master, live in the rank's NVMe store between uses
+// (dist/offload/offloaded_buffer.h); the unit brings them in around each use.
 #pragma once
 #include <functional>
 #include <memory>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "dist/comm/communicator.h"
+#include "dist/offload/offloaded_buffer.h"
 #include "dist/zero/options.h"
 #include "dist/zero/trace.h"
 #include "nn/init.h"
@@ -77,6 +81,8 @@ struct UnitContext {
   Device device = Device::cpu();
   GradReduction reduction = GradReduction::Exact;
   bool no_sync = false;
+  // The rank's scratch store when the policy offloads to NVMe (else null).
+  NvmeStore* nvme = nullptr;
   // Called before every collective a unit issues, with its phase (the divergence check).
   std::function<void(CommPhase, const ParamUnit&)> before_collective;
   // Called at the unit's gather and reduction events (the step's trace).
@@ -91,6 +97,8 @@ struct OptimizerShard {
   Tensor grad;
   int64_t begin = 0;              // the unit element master[0] stands for (0 or shard_begin)
   std::vector<Segment> segments;  // the parameters' parts of [begin, begin + master.numel())
+  // Offload: what must be brought in (dist::Resident) before the master is read or written.
+  std::vector<OffloadedBuffer*> offloaded;
 };
 
 class ParamUnit {
@@ -146,6 +154,11 @@ class ParamUnit {
   void write_back_full();
   // The full parameters, or an undefined tensor while they are released.
   Tensor full_params() const;
+  // Offload: queues the read of the parameter shard ahead of its gather (a no-op without
+  // parameter offload or when it is gathered).
+  void prefetch_shard();
+  // Offload: finishes this unit's writes in flight and frees their bytes.
+  void settle_offload();
 
   // ---- gradients ----
   GradState grad_state() const { return grad_state_; }
@@ -171,6 +184,7 @@ class ParamUnit {
   void init_range(int64_t begin, const Tensor& dst) const;
   void allocate_params();
   void allocate_grads();
+  void place_offloaded();
   Storage flat_storage(bool released, MemoryCategory category, const std::string& label, const char* release_hint) const;
   void accumulate_exact(const Tensor& reduced, bool last);
   void store_reduced(const Tensor& v);
@@ -192,6 +206,8 @@ class ParamUnit {
   Tensor master_;
   int64_t master_begin_ = 0;
   bool separate_master_ = false;  // master has its own buffer (mixed precision): cast after updates
+  std::unique_ptr<OffloadedBuffer> shard_off_;   // param_shard_ on NVMe
+  std::unique_ptr<OffloadedBuffer> master_off_;  // a separate master_ on NVMe
   Storage grad_full_;
   Tensor grad_flat_;
   Tensor grad_shard_;

@@ -103,17 +103,34 @@ ZeroPartitioner::ZeroPartitioner(std::shared_ptr<Communicator> comm, ZeroOptions
   ZDL_CHECK(!(options_.no_sync && options_.reduction == GradReduction::Exact), comm_->prefix(),
             " no_sync keeps a running sum of full gradients on each rank, which has no fixed summation tree; "
             "use it with ZeroOptions::reduction = GradReduction::Native");
+  check_offload_options();
+  if (options_.offload.any_nvme()) nvme_ = std::make_unique<NvmeStore>(options_.offload.dir, comm_->prefix());
   if (!options_.is_unit) options_.is_unit = [](const nn::Module& m) { return m.type_name() == "Block"; };
   context_ = UnitContext{
       .comm = comm_.get(),
-      .policy = StagePolicy::of(options_.stage),
+      .policy = StagePolicy::of(options_.stage, options_.offload),
       .compute_dtype = options_.compute_dtype,
       .device = options_.device,
       .reduction = options_.reduction,
       .no_sync = options_.no_sync,
+      .nvme = nvme_.get(),
       .before_collective = [this](CommPhase phase, const ParamUnit& u) { agree(static_cast<int>(phase), &u); },
       .trace = [this](TraceKind kind, const ParamUnit& u) { emit(kind, &u); },
   };
+}
+
+void ZeroPartitioner::check_offload_options() const {
+  const OffloadOptions& o = options_.offload;
+  const std::string& p = comm_->prefix();
+  ZDL_CHECK(o.params != OffloadTarget::Cpu, p, " parameter offload takes none or nvme (parameters already live in ",
+            "host memory on CPU ranks)");
+  ZDL_CHECK(o.params != OffloadTarget::Nvme || options_.stage == ZeroStage::Three, p,
+            " parameter offload moves ZeRO-3's parameter shards, but ", stage_title(options_.stage),
+            " keeps every parameter in memory on every rank; use ZeRO-3 (--zero-stage 3)");
+  ZDL_CHECK(options_.device.is_cpu() || (o.optimizer == OffloadTarget::None && o.params == OffloadTarget::None), p,
+            " offload runs on CPU ranks in this version of zerodl; on ", options_.device.str(),
+            " use offload none (docs/offload.md)");
+  ZDL_CHECK(!o.any_nvme() || !o.dir.empty(), p, " NVMe offload needs a directory for its scratch files (--offload-dir)");
 }
 
 int64_t ZeroPartitioner::micro_batch_index(int64_t micro_step) const {
@@ -274,11 +291,15 @@ void ZeroPartitioner::emit(TraceKind kind, const ParamUnit* u) {
 // Issues the all-gathers of the next `prefetch` blocks in `direction` (no-ops for units that
 // are not sharded: every unit under stages 0-2).
 void ZeroPartitioner::prefetch(int from, int direction, CommPhase phase) {
+  const int n = static_cast<int>(block_order_.size());
   for (int k = 1; k <= options_.prefetch; ++k) {
     int i = from + direction * k;
-    if (i < 0 || i >= static_cast<int>(block_order_.size())) break;
+    if (i < 0 || i >= n) break;
     block_order_[i]->unshard(phase);
   }
+  // Parameter offload: the shard read from the disk one unit before its gather is issued.
+  const int next = from + direction * (options_.prefetch + 1);
+  if (next >= 0 && next < n) block_order_[next]->prefetch_shard();
 }
 
 void ZeroPartitioner::on_forward_pre(ParamUnit& u) {
@@ -435,19 +456,35 @@ std::vector<OptimizerShard> ZeroPartitioner::optimizer_shards() const {
 
 void ZeroPartitioner::begin_optimizer_step(const char* what) {
   throw_deferred_error();
+  refreshed_ = 0;
   finish_reduction();  // normally done when backward() returned
   check_gradients_complete(what);
   emit(TraceKind::StepBegin, nullptr);
 }
 
+void ZeroPartitioner::refresh_params(size_t i) {
+  ZDL_CHECK(i < units_.size(), comm_->prefix(), " refresh_params: unit ", i, " of ", units_.size());
+  units_[i]->refresh_params();
+  if (i > 0) units_[i - 1]->settle_offload();  // its writes ran while this unit was refreshed
+  ++refreshed_;
+}
+
 void ZeroPartitioner::end_optimizer_step() {
-  refresh_params();
+  ZDL_CHECK(refreshed_ == units_.size(), comm_->prefix(), " end_optimizer_step: the optimizer refreshed ", refreshed_,
+            " of ", units_.size(), " units; call refresh_params(i) for each unit it updated");
+  refreshed_ = 0;
+  settle_offload();
   ++step_;
   emit(TraceKind::StepEnd, nullptr);
 }
 
 void ZeroPartitioner::refresh_params() {
   for (auto& u : units_) u->refresh_params();
+  settle_offload();
+}
+
+void ZeroPartitioner::settle_offload() {
+  for (auto& u : units_) u->settle_offload();
 }
 
 void ZeroPartitioner::zero_grad() {

@@ -113,12 +113,17 @@ class ZeroPartitioner {
   // and `what` (the caller), if some unit's gradients are not reduced yet ([Note: unit
   // lifecycle]). Then the shards above hold this step's gradients.
   void begin_optimizer_step(const char* what);
-  // After the optimizer updated the masters: refreshes the compute-dtype parameters (casts;
-  // stages 1-2 all-gather them) and counts the step. Collective under stages 1-2.
+  // After the optimizer updated unit i's master (units() order, every unit once per step): the
+  // unit's compute-dtype parameters are refreshed from it (casts; stages 1-2 all-gather them).
+  // Called unit by unit, while an offloaded master is still in memory. Collective under stages 1-2.
+  void refresh_params(size_t i);
+  // After every unit was refreshed: finishes offload writes and counts the step.
   void end_optimizer_step();
-  // The same refresh without counting a step: after the masters were written from outside the
-  // optimizer (dist::load_sharded). Collective.
+  // Every unit's refresh without counting a step: after the masters were written from outside
+  // the optimizer (dist::load_sharded). Collective.
   void refresh_params();
+  // Offload (ZeroOptions::offload): the rank's NVMe store, or null.
+  NvmeStore* nvme_store() const { return nvme_.get(); }
 
   // Receives a TraceEvent at every unit event (nullptr: off). For timelines and memory plots.
   void set_trace(std::function<void(const TraceEvent&)> sink) { trace_ = std::move(sink); }
@@ -141,6 +146,8 @@ class ZeroPartitioner {
   class Factory;
   friend class GatheredParameters;
 
+  void check_offload_options() const;
+  void settle_offload();
   ParamUnit& make_unit(const std::string& name, const std::vector<std::pair<std::string, Tensor>>& params);
   // Collective: throws on every rank, naming the first difference, unless all built the same units.
   void check_same_units();
@@ -166,6 +173,7 @@ class ZeroPartitioner {
 
   std::shared_ptr<Communicator> comm_;
   ZeroOptions options_;
+  std::unique_ptr<NvmeStore> nvme_;  // before context_, which points at it
   UnitContext context_;  // what every unit is given (the policy from options_.stage, once)
   std::unique_ptr<Factory> factory_;
   std::vector<std::unique_ptr<ParamUnit>> units_;  // blocks in order, root last
@@ -175,6 +183,7 @@ class ZeroPartitioner {
   bool grad_sync_ = true;
   ParamUnit* reducing_ = nullptr;  // the unit whose reduction is in flight (at most one)
   int64_t step_ = 0;
+  size_t refreshed_ = 0;  // units refreshed in this optimizer step
   double last_grad_norm_ = 0.0;
   std::vector<double> unit_grad_sq_;  // this rank's sum of squares per unit, from clip_grad_norm
   std::string deferred_error_;

@@ -9,12 +9,15 @@
 // GPT-2 training does). On a GPU (ZeroOptions::device) one kernel per unit updates all its
 // segments (kernels/cuda/optim.h), from a table of (offset, size, decay) chunks built at the
 // first step and kept on the device. The moments are this optimizer's, allocated when it is
-// made: f32 (f64 for f64 runs), sized like the master: full under DDP, 1/N otherwise.
+// made: f32 (f64 for f64 runs), sized like the master: full under DDP, 1/N otherwise. With
+// optimizer offload they live in the manager's NVMe store and are brought in one unit ahead of
+// their update ([Note: the step unit by unit]). The manager must outlive the optimizer.
 //
 //   dist::ZeroAdamW opt(zero, {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95}, /*weight_decay=*/0.1);
 //   opt.set_lr(sched.lr(step)); opt.step(zero.clip_grad_norm(1.0)); zero.zero_grad();
 #pragma once
 #include <array>
+#include <memory>
 #include <vector>
 
 #include "dist/zero/partitioner.h"
@@ -38,15 +41,21 @@ class ZeroAdamW {
   // and write them here.
   const Tensor& exp_avg(size_t unit) const { return moments_.at(unit)[0]; }
   const Tensor& exp_avg_sq(size_t unit) const { return moments_.at(unit)[1]; }
+  // Offload (ZeroOptions::offload): the buffers to bring in (dist::Resident) before unit i's
+  // master or moments above are read or written; empty without offload.
+  std::vector<OffloadedBuffer*> offloaded_states(size_t unit) const;
 
  private:
   // Device runs: each unit's chunk table (kernels::cuda::AdamWChunk entries, 3 words each) and
   // its entry count, built at the first step.
   void build_device_tables();
+  void update(size_t unit, double grad_scale);  // AdamW on unit i's master and moments
 
   ZeroPartitioner& zero_;
   std::vector<OptimizerShard> shards_;          // per unit: what this rank updates
   std::vector<std::array<Tensor, 2>> moments_;  // per unit: exp_avg, exp_avg_sq
+  // Optimizer offload: the moments' buffers in the NVMe store, per unit (empty without it).
+  std::vector<std::array<std::unique_ptr<OffloadedBuffer>, 2>> offloaded_moments_;
   optim::AdamWOptions options_;
   double weight_decay_;
   int64_t step_ = 0;

@@ -99,7 +99,7 @@ struct ZeroRun {
   ZeroRun(Communicator& comm, RunConfig cfg, std::optional<nn::GPTConfig> gpt = std::nullopt) : comm(comm), c(cfg) {
     std::shared_ptr<Communicator> shared(&comm, [](Communicator*) {});
     zero = std::make_unique<ZeroPartitioner>(
-        shared, ZeroOptions{.stage = c.stage, .compute_dtype = c.dtype, .reduction = c.reduction});
+        shared, ZeroOptions{.stage = c.stage, .compute_dtype = c.dtype, .reduction = c.reduction, .offload = c.offload});
     {
       auto scope = zero->placement_scope(c.seed);
       model = std::make_shared<nn::GPT>(gpt ? *gpt : tiny_gpt(c.dropout));

@@ -53,6 +53,8 @@ struct RunConfig {
   // Where run_zero places the model (ZeroOptions::device; the communicator must serve it) and
   // feeds the batches.
   Device device = Device::cpu();
+  // ZeroOptions::offload (docs/offload.md).
+  OffloadOptions offload;
 };
 
 // The same steps as `c` on N ranks, run by one process: micro-batches of batch / N rows, N
@@ -199,7 +201,7 @@ inline RunResult run_zero(Communicator& comm, const RunConfig& c, const Probe& p
   std::shared_ptr<Communicator> shared(&comm, [](Communicator*) {});
   ZeroPartitioner zero(shared, ZeroOptions{.stage = c.stage, .compute_dtype = c.dtype, .device = c.device,
                                            .prefetch = c.prefetch, .reduction = c.reduction, .no_sync = c.no_sync,
-                                           .is_unit = c.is_unit});
+                                           .offload = c.offload, .is_unit = c.is_unit});
   std::shared_ptr<nn::GPT> model;
   {
     auto scope = zero.placement_scope(c.seed);

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "../user_model.h"
+#include "../offload_cases.h"
 #include "../zero_cases.h"
 #include "mpi_test_env.h"
 #include "nn/batch_position.h"
@@ -260,5 +261,14 @@ namespace zdl::dist::testing {
 TEST(ZeroMpi, Bf16TracksF32) {
   for (ZeroStage s : kAllStages) expect_bf16_tracks_f32(world(), s);
 }
+
+}  // namespace zdl::dist::testing
+
+namespace zdl::dist::testing {
+
+// docs/offload.md at N = 2, 4: tests/dist/offload_test.cpp has the one-rank cases and the errors.
+TEST(ZeroMpi, OffloadIsBitIdenticalToTheRunWithout) { expect_offload_bit_identical(world()); }
+TEST(ZeroMpi, OffloadedStatesLeaveMemory) { expect_offloaded_states_leave_memory(world()); }
+TEST(ZeroMpi, OffloadedCheckpointsResumeExactly) { expect_offloaded_checkpoints_resume_exactly(world()); }
 
 }  // namespace zdl::dist::testing

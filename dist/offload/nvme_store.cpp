@@ -1,0 +1,113 @@
+#include "dist/offload/nvme_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/check.h"
+
+namespace zdl::dist {
+
+namespace {
+
+constexpr int64_t kAlign = 4096;
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+}  // namespace
+
+NvmeStore::NvmeStore(std::string dir, std::string prefix, int io_threads)
+    : dir_(std::move(dir)), prefix_(std::move(prefix)) {
+  namespace fs = std::filesystem;
+  ZDL_CHECK(!dir_.empty(), prefix_, " offload: no offload directory given (--offload-dir)");
+  std::error_code ec;
+  ZDL_CHECK(fs::is_directory(dir_, ec), prefix_, " offload: '", dir_,
+            "' is not a directory; create it (a local NVMe or SSD path) or name another with --offload-dir");
+  path_ = (fs::path(dir_) / ("zerodl-offload-" + std::to_string(::getpid()) + ".tmp")).string();
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  ZDL_CHECK(fd_ >= 0, prefix_, " offload: cannot create a scratch file in '", dir_, "': ", errno_text(errno));
+  ::unlink(path_.c_str());  // freed by the kernel when the process ends, however it ends
+  for (int i = 0; i < io_threads; ++i) threads_.emplace_back([this] { worker(); });
+}
+
+NvmeStore::~NvmeStore() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int64_t NvmeStore::reserve(int64_t bytes, const std::string& what) {
+  ZDL_CHECK(bytes >= 0, prefix_, " offload: negative size ", bytes, " for ", what);
+  const int64_t at = end_;
+  const int64_t size = (bytes + kAlign - 1) / kAlign * kAlign;
+  if (size > 0) {
+    const int e = ::posix_fallocate(fd_, at, size);
+    ZDL_CHECK(e == 0, prefix_, " offload: the offload directory '", dir_, "' has no room for ", what, " (",
+              bytes, " bytes past the ", at, " already placed there): ", errno_text(e),
+              "; free space there or name a larger disk with --offload-dir");
+  }
+  end_ = at + size;
+  return at;
+}
+
+std::shared_future<void> NvmeStore::write_async(int64_t offset, const void* src, int64_t bytes) {
+  written_ += bytes;
+  return queue([this, offset, src, bytes] {
+    const char* p = static_cast<const char*>(src);
+    for (int64_t done = 0; done < bytes;) {
+      const ssize_t n = ::pwrite(fd_, p + done, static_cast<size_t>(bytes - done), offset + done);
+      if (n < 0 && errno == EINTR) continue;
+      ZDL_CHECK(n > 0, prefix_, " offload: writing ", bytes, " bytes to the scratch file in '", dir_,
+                "' failed: ", n < 0 ? errno_text(errno) : "no progress");
+      done += n;
+    }
+  });
+}
+
+std::shared_future<void> NvmeStore::read_async(int64_t offset, void* dst, int64_t bytes) {
+  read_ += bytes;
+  return queue([this, offset, dst, bytes] {
+    char* p = static_cast<char*>(dst);
+    for (int64_t done = 0; done < bytes;) {
+      const ssize_t n = ::pread(fd_, p + done, static_cast<size_t>(bytes - done), offset + done);
+      if (n < 0 && errno == EINTR) continue;
+      ZDL_CHECK(n > 0, prefix_, " offload: reading ", bytes, " bytes from the scratch file in '", dir_,
+                "' failed: ", n < 0 ? errno_text(errno) : "the file is shorter than what was written to it");
+      done += n;
+    }
+  });
+}
+
+std::shared_future<void> NvmeStore::queue(std::function<void()> job) {
+  std::packaged_task<void()> task(std::move(job));
+  std::shared_future<void> f = task.get_future().share();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+  return f;
+}
+
+void NvmeStore::worker() {
+  for (;;) {
+    std::packaged_task<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, and every queued job done
+      task = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    task();  // an exception is stored in the future
+  }
+}
+
+}  // namespace zdl::dist

@@ -1,0 +1,69 @@
+// NvmeStore: one rank's scratch file for offloaded model states (ZeRO-Infinity's NVMe tier,
+// docs/offload.md), and the I/O threads that read and write it while the cores compute.
+//
+// Choices:
+// - One file per rank, created in the offload directory and unlinked at once: the kernel frees
+//   its blocks when the process ends, however it ends, so a killed run leaves no debris. Nothing
+//   in it outlives a run; checkpoints stay the durable copy (their format does not change).
+// - Regions are reserved once, when a state is placed (ZeroPartitioner::wrap, ZeroAdamW's
+//   constructor), with posix_fallocate: a directory without room for every state fails then,
+//   with a message naming it, never in the middle of a step.
+// - pread/pwrite on a small pool of threads: a unit's states move while the previous unit
+//   computes. Regions are 4 KiB aligned. The page cache is used (no O_DIRECT): it keeps the
+//   path the same on every filesystem (tmpfs refuses O_DIRECT), and a run whose states fit in
+//   the cache is not slowed by the disk.
+//
+//   dist::NvmeStore store("/scratch/zerodl", comm.prefix());
+//   int64_t at = store.reserve(bytes, "exp_avg of unit h.0");
+//   store.write_async(at, src, bytes).get(); store.read_async(at, dst, bytes).get();
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace zdl::dist {
+
+class NvmeStore {
+ public:
+  // Opens the scratch file in `dir` (which must exist and be writable); `prefix` ("[rank r/N]")
+  // starts every error message.
+  NvmeStore(std::string dir, std::string prefix, int io_threads = 2);
+  ~NvmeStore();  // waits for the I/O in flight
+  NvmeStore(const NvmeStore&) = delete;
+  NvmeStore& operator=(const NvmeStore&) = delete;
+
+  // A region of `bytes` (allocated on the disk now); its offset. `what` names it in errors.
+  int64_t reserve(int64_t bytes, const std::string& what);
+  // Queue a copy of [src, src + bytes) to the region at `offset`, or back. The future throws
+  // the I/O error; the buffer must stay valid until it is ready.
+  std::shared_future<void> write_async(int64_t offset, const void* src, int64_t bytes);
+  std::shared_future<void> read_async(int64_t offset, void* dst, int64_t bytes);
+
+  const std::string& dir() const { return dir_; }
+  const std::string& prefix() const { return prefix_; }
+  int64_t reserved_bytes() const { return end_; }
+  int64_t bytes_written() const { return written_; }
+  int64_t bytes_read() const { return read_; }
+
+ private:
+  std::shared_future<void> queue(std::function<void()> job);
+  void worker();
+
+  std::string dir_, prefix_, path_;
+  int fd_ = -1;
+  int64_t end_ = 0;
+  int64_t written_ = 0, read_ = 0;  // bytes queued, counted on the caller's thread
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>> jobs_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace zdl::dist
