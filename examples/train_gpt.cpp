@@ -123,6 +123,14 @@ void add_zero_flags(CLI::App& app, Args& a) {
   app.add_option("--max-memory-per-rank", a.max_memory_per_rank,
                  "memory cap in bytes per rank; going over it is a clear out-of-memory error (0: none)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--offload-optimizer", a.offload_optimizer,
+                 "where Adam's moments (and bf16's f32 masters) live: none, cpu (on CPU ranks the same as none) or "
+                 "nvme (files under --offload-dir, read one unit ahead; bit-identical)")
+      ->check(CLI::IsMember({"none", "cpu", "nvme"}));
+  app.add_option("--offload-params", a.offload_params,
+                 "ZeRO-3's parameter shards: none or nvme (files under --offload-dir, read ahead of each gather)")
+      ->check(CLI::IsMember({"none", "nvme"}));
+  app.add_option("--offload-dir", a.offload_dir, "a directory on a fast local disk for the offload files (nvme)");
   app.add_option("--collective-timeout", a.collective_timeout,
                  "seconds a collective may take before the watchdog fails the run (default 300; at most a year)")
       ->check(CLI::Range(0.0, std::chrono::duration<double>(dist::Communicator::kMaxTimeout).count()));
@@ -198,7 +206,8 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
                                                             .prefetch = a.prefetch,
                                                             .reduction = a.reduction == "exact"
                                                                              ? dist::GradReduction::Exact
-                                                                             : dist::GradReduction::Native});
+                                                                             : dist::GradReduction::Native,
+                                                            .offload = s.offload});
   std::shared_ptr<nn::GPT> model = build_model(zero, a, s.cfg);
   if (!a.init_from.empty() && !s.resumed) load_init_from(comm, zero, *model, a.init_from);
   dist::ZeroAdamW opt(zero, {.lr = a.lr, .beta1 = 0.9, .beta2 = 0.95}, a.weight_decay);

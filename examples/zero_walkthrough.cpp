@@ -168,6 +168,8 @@ int main(int argc, char** argv) {
                "skip the runs with activation checkpointing (table [5]; [4] still searches with it)");
   app.add_option("--cap-mib", a.cap_mib, "per-rank memory cap of the largest-model experiment, MiB (0: skip it)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--offload-dir", a.offload_dir,
+                 "with --cap-mib: also search ZeRO-3 with NVMe offload, its files in this directory (docs/offload.md)");
   app.add_option("--fit-max-layers", a.fit_max_layers, "upper limit of that experiment's n_layer search")
       ->check(CLI::PositiveNumber);
   app.add_option("--loss-tol", a.loss_tol, "relative loss difference allowed between stages (default 0: identical)");

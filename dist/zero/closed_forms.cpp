@@ -51,6 +51,16 @@ std::map<MemoryCategory, int64_t> state_bytes_closed_form(ZeroStage stage, int64
   return out;
 }
 
+std::map<MemoryCategory, int64_t> offloaded_bytes_closed_form(ZeroStage stage, const OffloadOptions& o, int64_t P,
+                                                              int64_t N, ElementBytes e) {
+  std::map<MemoryCategory, int64_t> out;
+  if (o.optimizer == OffloadTarget::Nvme)
+    out[MemoryCategory::OptimizerState] = model_state_bytes(stage, ModelState::OptimizerStates, P, N, e);
+  if (o.params == OffloadTarget::Nvme && is_sharded(stage, ModelState::Parameters))
+    out[MemoryCategory::ParameterShard] = model_state_bytes(stage, ModelState::Parameters, P, N, e);
+  return out;
+}
+
 int64_t PaddedUnits::total() const {
   int64_t sum = root;
   for (int64_t b : blocks) sum += b;

@@ -66,6 +66,14 @@ double memory_reduction(ZeroStage stage, int64_t N, ElementBytes e);
 // shard category); categories not listed hold 0 bytes.
 std::map<MemoryCategory, int64_t> state_bytes_closed_form(ZeroStage stage, int64_t P, int64_t N, ElementBytes e);
 
+// Offload (docs/offload.md): the part of state_bytes_closed_form that lives in the rank's NVMe
+// store instead of memory, per category: optimizer offload moves the optimizer states (k P/N;
+// DDP k P: the moments, and a mixed-precision run's f32 masters; an f32 run's master is the
+// parameter itself), parameter offload (ZeRO-3) the parameter shards (s P/N). What stays in
+// memory is the difference; a step brings at most three units' states back at once.
+std::map<MemoryCategory, int64_t> offloaded_bytes_closed_form(ZeroStage stage, const OffloadOptions& o, int64_t P,
+                                                              int64_t N, ElementBytes e);
+
 // A model's units as the partitioner padded them (elements, each a multiple of N), in forward
 // order: what the peaks of a step depend on.
 struct PaddedUnits {

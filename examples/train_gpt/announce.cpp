@@ -33,6 +33,14 @@ void print_run(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
                   ") | batch ", a.batch, " x ", a.seq, " x accum ", a.grad_accum,
                   " | steps ", a.steps));
   if (s.tok) say(detail::str("tokenizer ", s.tok->source(), " (", s.tok->vocab_size(), " tokens)"));
+  if (const dist::NvmeStore* nvme = x.zero.nvme_store()) {
+    const MemoryStats off = memory_ledger().offloaded();
+    say(detail::str("offload: optimizer ", dist::offload_target_name(s.offload.optimizer), ", params ",
+                    dist::offload_target_name(s.offload.params), " | rank 0 keeps ", format_bytes(off.total_current),
+                    " of model states in ", nvme->dir(), " (optimizer states ",
+                    format_bytes(off.current_of(MemoryCategory::OptimizerState)), ", parameter shards ",
+                    format_bytes(off.current_of(MemoryCategory::ParameterShard)), ")"));
+  }
   if (s.resumed) say(detail::str("resumed from ", a.resume, " at step ", first_step));
 }
 
@@ -53,6 +61,9 @@ void announce(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
                     {"rank", x.comm.rank()},
                     {"zero_stage", a.zero_stage},
                     {"dtype", dtype_name(s.dtype)},
+                    {"offload_optimizer", dist::offload_target_name(s.offload.optimizer)},
+                    {"offload_params", dist::offload_target_name(s.offload.params)},
+                    {"offloaded_bytes", memory_ledger().offloaded().total_current},
                     {"device", x.dev.str()},
                     {"gpu", x.dev.is_cuda() ? gpu.name : ""},
                     {"peak_tflops", gpu.peak_bf16_tflops},

@@ -46,6 +46,9 @@ struct Args {
   std::string dtype = "f32";
   int prefetch = 1;
   int64_t max_memory_per_rank = 0;
+  std::string offload_optimizer = "none";  // none, cpu, nvme (docs/offload.md)
+  std::string offload_params = "none";     // none, nvme
+  std::string offload_dir;
   double collective_timeout = 0;
   std::string on_nan = "stop";
   std::string reduction = "exact";

@@ -5,6 +5,7 @@
 #include "data/byte_tokenizer.h"
 #include "data/data_record.h"
 #include "data/default_corpus.h"
+#include "dist/zero/closed_forms.h"
 #include "examples/train_gpt/model_config.h"
 #include "io/checkpoint_dir.h"
 #include "io/gpt2_format.h"
@@ -76,6 +77,42 @@ void check_model_fits_in_memory(const nn::GPTConfig& c, const Args& a, int world
                                  " GiB; choose a smaller model or batch, or more ranks"));
 }
 
+// --offload-*: the combination, and room in --offload-dir for what every rank places there
+// (dist::offloaded_bytes_closed_form, plus each buffer's 4 KiB alignment), checked before any
+// work. The directory holds one unlinked scratch file per rank while the run lasts.
+void check_offload(const Args& a, const CLI::App& app, Setup& s, int world, Device dev) {
+  dist::OffloadOptions& o = s.offload;
+  o.optimizer = dist::offload_target_from_name(a.offload_optimizer);
+  o.params = dist::offload_target_from_name(a.offload_params);
+  o.dir = a.offload_dir;
+  if (!o.any_nvme()) {
+    if (given(app, "--offload-dir"))
+      throw UsageError("--offload-dir applies to --offload-optimizer nvme or --offload-params nvme");
+    if (o.optimizer == dist::OffloadTarget::Cpu && dev.is_cuda())
+      throw UsageError("--offload-optimizer cpu on a GPU is not supported yet; on CPU ranks it is the same as none");
+    return;
+  }
+  if (dev.is_cuda()) throw UsageError("--offload-* nvme runs on CPU ranks (--device cpu) in this version");
+  if (o.params == dist::OffloadTarget::Nvme && a.zero_stage != 3)
+    throw UsageError(detail::str("--offload-params nvme moves ZeRO-3's parameter shards; use --zero-stage 3 (got ",
+                                 a.zero_stage, ")"));
+  if (a.offload_dir.empty()) throw UsageError("--offload-* nvme needs --offload-dir DIR (a fast local disk)");
+  std::error_code ec;
+  if (!std::filesystem::is_directory(a.offload_dir, ec))
+    throw UsageError("--offload-dir '" + a.offload_dir + "' is not a directory: create it, or name another");
+  const dist::PaddedUnits units = dist::gpt_padded_units(s.cfg, world);
+  int64_t per_rank = 0;
+  for (auto& [cat, bytes] : dist::offloaded_bytes_closed_form(dist::stage_from_int(a.zero_stage), o, units.total(),
+                                                              world, dist::ElementBytes::of(s.dtype)))
+    per_rank += bytes;
+  per_rank += 3 * static_cast<int64_t>(units.blocks.size() + 1) * 4096;  // up to 3 buffers a unit, 4 KiB aligned
+  try {
+    io::check_can_write_in(a.offload_dir, detail::str("the offload files of ", world, " rank(s)"), per_rank * world);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--offload-dir: ") + e.what());
+  }
+}
+
 // The model's config and the flags that depend on it, in the order the user meets them.
 void check_model(Args& a, const CLI::App& app, Setup& s, const data::TokenFiles& files, int world, Device dev) {
   const bool gpt2_tokens = files.format() == data::TokenFormat::Llmc;
@@ -113,6 +150,7 @@ void check_model(Args& a, const CLI::App& app, Setup& s, const data::TokenFiles&
     throw UsageError(std::string("--dtype: ") + e.what());
   }
   if (s.dtype != DType::F32 && s.dtype != DType::BF16) throw UsageError("--dtype must be f32 or bf16, got " + a.dtype);
+  check_offload(a, app, s, world, dev);
 }
 
 // The dataset over this rank's rows; a resumed run's data must have the checkpoint's sizes.

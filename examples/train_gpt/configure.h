@@ -15,6 +15,7 @@
 #include "data/data_fingerprint.h"
 #include "data/token_dataset.h"
 #include "dist/comm/communicator.h"
+#include "dist/zero/options.h"
 #include "examples/train_gpt/args.h"
 #include "io/checkpoint.h"
 #include "io/dir_lock.h"
@@ -28,6 +29,7 @@ struct Setup {
   std::optional<io::TrainState> resumed;
   nn::GPTConfig cfg;
   DType dtype = DType::F32;
+  dist::OffloadOptions offload;  // --offload-optimizer, --offload-params, --offload-dir
   std::string data_path;  // --data: a file or a pattern
   std::unique_ptr<data::TokenDataset> ds;
   std::unique_ptr<io::MetricsLog> metrics;

@@ -8,6 +8,12 @@ namespace zdl::walkthrough {
 
 namespace {
 
+// The fit CSV's offload column: "none", "optimizer" or "optimizer+params" (on NVMe).
+std::string offload_name(const dist::OffloadOptions& o) {
+  if (!o.any_nvme()) return "none";
+  return o.params == dist::OffloadTarget::Nvme ? "optimizer+params" : "optimizer";
+}
+
 // One stage's search for the largest n_layer under the cap.
 struct CapFit {
   std::array<int64_t, 3> peaks{};  // uncapped 1-step peaks at L = 2, 3, 4
@@ -18,13 +24,13 @@ struct CapFit {
 
 // L* from three uncapped runs: the slope of the last two (at small L the peak can sit in another
 // phase of the step, the head's).
-int64_t predict_layers(CapFit& f, Report& rep, const Args& a, Walkthrough& w, ZeroStage st, bool ckpt, int64_t cap,
-                       Csv& fit_csv) {
+int64_t predict_layers(CapFit& f, Report& rep, const Args& a, Walkthrough& w, ZeroStage st, bool ckpt,
+                       const dist::OffloadOptions& off, int64_t cap, Csv& fit_csv) {
   for (int i = 0; i < 3; ++i) {
-    auto p = w.probe(st, 2 + i, 0, 1, ckpt);
+    auto p = w.probe(st, 2 + i, 0, 1, ckpt, off);
     f.peaks[i] = p.peak;
-    fit_csv.row(rep.N, dtype_name(rep.dtype), dist::stage_name(st), ckpt ? 1 : 0, cap, 2 + i, p.params, p.peak,
-                p.peak <= cap ? 1 : 0, "uncapped");
+    fit_csv.row(rep.N, dtype_name(rep.dtype), dist::stage_name(st), ckpt ? 1 : 0, offload_name(off), cap, 2 + i,
+                p.params, p.peak, p.peak <= cap ? 1 : 0, "uncapped");
   }
   const int64_t b = std::max<int64_t>(f.peaks[2] - f.peaks[1], 1);
   const int64_t L = f.peaks[2] <= cap ? 4 + (cap - f.peaks[2]) / b : f.peaks[0] <= cap ? 2 : 1;
@@ -33,16 +39,17 @@ int64_t predict_layers(CapFit& f, Report& rep, const Args& a, Walkthrough& w, Ze
 
 // Predicts L*, then walks from it under the cap: down until a size trains, up until the next one
 // runs out of memory (the peak is not exactly affine).
-CapFit fit_under_cap(Report& rep, const Args& a, Walkthrough& w, ZeroStage st, bool ckpt, int64_t cap, Csv& fit_csv) {
+CapFit fit_under_cap(Report& rep, const Args& a, Walkthrough& w, ZeroStage st, bool ckpt,
+                     const dist::OffloadOptions& off, int64_t cap, Csv& fit_csv) {
   CapFit f;
-  int64_t L = f.predicted = predict_layers(f, rep, a, w, st, ckpt, cap, fit_csv);
+  int64_t L = f.predicted = predict_layers(f, rep, a, w, st, ckpt, off, cap, fit_csv);
   auto check = [&](int64_t layers) {
     if (layers < 1) return CapProbe{};
-    auto p = w.probe(st, layers, cap, 2, ckpt);
+    auto p = w.probe(st, layers, cap, 2, ckpt, off);
     if (!p.all_ranks_agree)
       rep.fail(detail::str(dist::stage_title(st), " L=", layers, ": not every rank ran out of memory"));
-    fit_csv.row(rep.N, dtype_name(rep.dtype), dist::stage_name(st), ckpt ? 1 : 0, cap, layers, p.params, p.peak,
-                p.fits ? 1 : 0, p.fits ? "trained under cap" : "out of memory under cap");
+    fit_csv.row(rep.N, dtype_name(rep.dtype), dist::stage_name(st), ckpt ? 1 : 0, offload_name(off), cap, layers,
+                p.params, p.peak, p.fits ? 1 : 0, p.fits ? "trained under cap" : "out of memory under cap");
     return p;
   };
   f.at = check(L);
@@ -73,6 +80,31 @@ void compare_on_zero3_model(Report& rep, const Args& a, Walkthrough& w, int64_t 
   if (ddp.fits || !z3.fits) rep.fail("memory cap: expected DDP out of memory and ZeRO-3 training");
 }
 
+// ZeRO-3 with its optimizer states, then its parameter shards too, in files under --offload-dir
+// (docs/offload.md): the same search. What stays in memory per block is then its gradient shard
+// (s Psi_u / N) and, while it computes, its gathered parameters and gradients and its
+// activations; the optimizer step brings at most three units' states back at once.
+void offload_rows(Report& rep, const Args& a, Walkthrough& w, int64_t cap, const std::array<CapFit, 2>& zero3,
+                  Csv& fit_csv) {
+  rep.say("\n    ZeRO-3 with offload to NVMe (files under --offload-dir): the same search. Psi below is the largest");
+  rep.say("    model's parameter count; 'x ZeRO-3' compares it with ZeRO-3 alone under the same checkpointing.");
+  for (bool ckpt : {false, true}) {
+    const CapFit& plain = zero3[ckpt ? 1 : 0];
+    for (bool params : {false, true}) {
+      const dist::OffloadOptions off{.optimizer = dist::OffloadTarget::Nvme,
+                                     .params = params ? dist::OffloadTarget::Nvme : dist::OffloadTarget::None,
+                                     .dir = a.offload_dir};
+      const CapFit f = fit_under_cap(rep, a, w, ZeroStage::Three, ckpt, off, cap, fit_csv);
+      const double ratio = plain.at.params > 0 ? static_cast<double>(f.at.params) / static_cast<double>(plain.at.params) : 0;
+      if (rep.lead)
+        std::printf("    ZeRO-3 + %-17s %-13s measured L* = %lld%s (%s params, %.2fx ZeRO-3's %s)\n",
+                    offload_name(off).c_str(), ckpt ? "checkpointed" : "", static_cast<long long>(f.layers),
+                    f.layers >= a.fit_max_layers ? " (the search's limit)" : "", commas(f.at.params).c_str(), ratio,
+                    commas(plain.at.params).c_str());
+    }
+  }
+}
+
 }  // namespace
 
 void run_cap_experiment(Report& rep, const Args& a, Walkthrough& w) {
@@ -84,11 +116,13 @@ void run_cap_experiment(Report& rep, const Args& a, Walkthrough& w) {
   rep.say("    cap: L* trains 2 steps, L*+1 runs out of memory. b is what one more block costs at the peak: its model");
   rep.say("    states and its activations (checkpointed: its input only).");
   rep.say(table_rule());
-  Csv fit_csv = rep.csv("fit", "n,dtype,stage,checkpoint,cap,n_layer,params,peak,fits,how");
+  Csv fit_csv = rep.csv("fit", "n,dtype,stage,checkpoint,offload,cap,n_layer,params,peak,fits,how");
   int64_t ddp_L = 0, zero3_L = 0;
+  std::array<CapFit, 2> zero3;  // without and with checkpointing: the offload rows' reference
   for (ZeroStage st : kStages)
     for (bool ckpt : {false, true}) {
-      const CapFit f = fit_under_cap(rep, a, w, st, ckpt, cap, fit_csv);
+      const CapFit f = fit_under_cap(rep, a, w, st, ckpt, {}, cap, fit_csv);
+      if (st == ZeroStage::Three) zero3[ckpt ? 1 : 0] = f;
       const int64_t L = f.layers;
       if (st == ZeroStage::DDP && !ckpt) ddp_L = L;
       if (st == ZeroStage::Three && !ckpt) zero3_L = L;
@@ -102,6 +136,7 @@ void run_cap_experiment(Report& rep, const Args& a, Walkthrough& w) {
                     L >= a.fit_max_layers ? " (the search's limit)" : "", L >= 1 ? commas(f.at.params).c_str() : "0");
     }
   if (zero3_L > ddp_L) compare_on_zero3_model(rep, a, w, zero3_L, cap);
+  if (!a.offload_dir.empty()) offload_rows(rep, a, w, cap, zero3, fit_csv);
 }
 
 }  // namespace zdl::walkthrough

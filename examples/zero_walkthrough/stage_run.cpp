@@ -157,14 +157,16 @@ StageRun Walkthrough::run_stage(ZeroStage stage, int prefetch, bool checkpointed
   return r;
 }
 
-CapProbe Walkthrough::probe(ZeroStage stage, int64_t n_layer, int64_t cap, int64_t steps, bool checkpointed) {
+CapProbe Walkthrough::probe(ZeroStage stage, int64_t n_layer, int64_t cap, int64_t steps, bool checkpointed,
+                            const dist::OffloadOptions& offload) {
   CapProbe p;
   const Device cpu = Device::cpu();
   memory_ledger().reset_peaks(cpu);
   memory_ledger().set_cap(DeviceType::CPU, cap);
   try {
     std::shared_ptr<dist::Communicator> shared(&comm_, [](dist::Communicator*) {});
-    dist::ZeroPartitioner zero(shared, {.stage = stage, .compute_dtype = dtype_, .prefetch = a_.prefetch});
+    dist::ZeroPartitioner zero(shared,
+                               {.stage = stage, .compute_dtype = dtype_, .prefetch = a_.prefetch, .offload = offload});
     std::shared_ptr<nn::GPT> model = build_model(zero, n_layer, checkpointed, /*mark=*/nullptr);
     p.params = static_cast<int64_t>(gpt_config(a_, n_layer).num_parameters());
     zero.wrap(*model);

@@ -73,7 +73,8 @@ class Walkthrough {
   StageRun run_stage(ZeroStage stage, int prefetch, bool checkpointed = false);
 
   // Trains `steps` steps of an n_layer model under a cap on this rank's total bytes (0 = none). Collective.
-  CapProbe probe(ZeroStage stage, int64_t n_layer, int64_t cap, int64_t steps, bool checkpointed);
+  CapProbe probe(ZeroStage stage, int64_t n_layer, int64_t cap, int64_t steps, bool checkpointed,
+                 const dist::OffloadOptions& offload = {});
 
  private:
   // Called at the traced step's events, hooks included: (event, unit).

@@ -69,6 +69,11 @@ inline void expect_offloaded_states_leave_memory(Communicator& comm) {
     EXPECT_EQ(grew(disk, disk0, MemoryCategory::OptimizerState), 12 * shards) << comm.prefix() << " " << when;
     EXPECT_EQ(grew(disk, disk0, MemoryCategory::ParameterShard), 2 * shards) << comm.prefix() << " " << when;
   };
+  // The closed form says the same (docs/offload.md's table).
+  const auto closed = offloaded_bytes_closed_form(c.stage, c.offload, run.zero->num_padded(), comm.size(),
+                                                  ElementBytes::of(c.dtype));
+  EXPECT_EQ(closed.at(MemoryCategory::OptimizerState), 12 * shards) << comm.prefix();
+  EXPECT_EQ(closed.at(MemoryCategory::ParameterShard), 2 * shards) << comm.prefix();
   check_placed("after placement");
   memory_ledger().reset_peaks(Device::cpu());
   run.steps(0, 2);

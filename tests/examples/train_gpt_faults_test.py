@@ -347,6 +347,66 @@ class TrainGptFaults(unittest.TestCase):
             self.assertEqual(crashed[s], straight[s])
         self.assert_resumes_exactly(ck, 1000000, k + 3, ranks, extra)
 
+    # ---- offload (docs/offload.md) ----
+
+    def offload_flags(self, params=True):
+        off = self.p("offload")
+        os.makedirs(off, exist_ok=True)
+        return ["--zero-stage", "3", "--dtype", "bf16", "--offload-optimizer", "nvme",
+                *(["--offload-params", "nvme"] if params else []), "--offload-dir", off]
+
+    def test_offloaded_run_killed_mid_step_resumes_bit_exact_with_or_without_offload(self):
+        # SIGKILL of rank 0 of an offloaded run (during a step or a save): the offload files die
+        # with the process (nothing left in --offload-dir), the run was the trajectory of the same
+        # run without offload, and its last checkpoint resumes exactly with offload and without.
+        ranks = 2 if MPIRUN else 0
+        plain = ["--zero-stage", "3", "--dtype", "bf16"]
+        off = self.offload_flags()
+        ck = self.p("ck")
+        proc, pids = self.run_until_steps(["--data", self.data, *SMALL, *off, "--save", ck, "--save-every", "2"],
+                                          ranks, 5, name="crash")
+        os.kill(pids[0], signal.SIGKILL)
+        proc.wait(timeout=TIMEOUT_S + SLACK_S)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertEqual(os.listdir(self.p("offload")), [], "offload files outlived the killed run")
+        k = self.checkpoint_step(ck)
+        self.assertGreaterEqual(k, 4)
+        crashed = losses(self.p("crash.jsonl"))
+        straight = self.straight_losses(1000000, k + 3, ranks, plain)
+        for s in range(1, k + 1):
+            self.assertEqual(crashed[s], straight[s], f"step {s}: offloaded {crashed[s]} != without {straight[s]}")
+        self.assert_resumes_exactly(ck, 1000000, k + 3, ranks, plain)
+        m = self.p("resumed_offloaded.jsonl")
+        self.run_gpt("--resume", ck, "--data", self.data, *SMALL, *off, "--steps", "1000000",
+                     "--stop-after", str(k + 3), "--metrics", m, ranks=ranks)
+        resumed = losses(m)
+        self.assertEqual(sorted(resumed), list(range(k + 1, k + 4)))
+        for s in resumed:
+            self.assertEqual(resumed[s], straight[s], f"step {s}: resumed with offload {resumed[s]} != {straight[s]}")
+
+    def test_bad_offload_flags_and_directories_fail_before_training(self):
+        a_file = self.p("a_file")
+        with open(a_file, "w") as f:
+            f.write("x")
+        base = ["--data", self.data, *SMALL, "--steps", "2"]
+        for args, needles in [
+            (["--offload-optimizer", "nvme"], "needs --offload-dir"),
+            (["--offload-optimizer", "nvme", "--offload-dir", self.p("missing")], "is not a directory"),
+            (["--offload-optimizer", "nvme", "--offload-dir", a_file], "is not a directory"),
+            (["--offload-params", "nvme", "--offload-dir", self.dir], ["--offload-params nvme", "--zero-stage 3"]),
+            (["--offload-dir", self.dir], "--offload-dir applies to"),
+            (["--offload-optimizer", "disk"], "--offload-optimizer"),
+        ]:
+            self.assert_usage_error(self.run_gpt(*base, *args, check=False), needles, " ".join(args))
+        # A disk without room for the states (a file-size limit, as a full disk): one message
+        # naming the directory when the states are placed, before any step.
+        off = self.offload_flags()
+        p = self.run_gpt(*base, *off, check=False, preexec_fn=limit_file_size(4096, ignore_sigxfsz=True))
+        self.assertIn(p.returncode, (1, 2), p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertIn(f"the offload directory '{self.p('offload')}' has no room for", p.stderr)
+        self.assertNotIn("step ", p.stdout)
+
     def test_resume_detects_a_changed_or_shorter_data_file(self):
         ck = self.p("ck")
         self.run_gpt("--data", self.data, *SMALL, "--steps", "4", "--stop-after", "2", "--save", ck)
