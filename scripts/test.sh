@@ -87,7 +87,8 @@ HWLOC_PLUGINS_BLACKLIST=hwloc_pci \
 # ---- TSan: the code that runs threads ----------------------------------------------------------
 # Threads live in dist/: the MPI backend's communication thread and the watchdog
 # (dist/mpi_communicator.*, dist/async_work.*), which ZeRO's async gathers (ZeRO-3 prefetch)
-# and reductions run on. data/ and io/ start no threads. So: test_dist (AsyncWork's
+# and reductions run on, and the NVMe offload store's I/O threads (dist/offload/, test_dist's
+# Offload.*). data/ and io/ start no threads. So: test_dist (AsyncWork's
 # cross-thread completion and watchdog, MpiSingleton's one-rank MPI communicator, ZeRO and
 # checkpoints on the local backend) and test_dist_mpi under mpirun at N = 2 and 4 (every
 # collective on the comm thread, ZeRO-3 with prefetch 0 and 3, sharded checkpoints across world

@@ -506,7 +506,7 @@ io::TrainState load_impl(const std::string& dir, ZeroPartitioner& zero, ZeroAdam
     NoGradGuard ng;
     const std::vector<OptimizerShard> shards = zero.optimizer_shards();
     for (size_t i = 0; i < shards.size(); ++i) {
-      Resident offloaded({}, opt.offloaded_states(i));  // written back when the unit is filled
+      Resident offloaded({}, {}, opt.offloaded_states(i));  // filled whole below, written back after
       offloaded.wait();
       const auto states = unit_states(shards[i], opt, i);
       auto filled = states;

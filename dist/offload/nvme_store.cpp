@@ -59,28 +59,26 @@ int64_t NvmeStore::reserve(int64_t bytes, const std::string& what) {
 
 std::shared_future<void> NvmeStore::write_async(int64_t offset, const void* src, int64_t bytes) {
   written_ += bytes;
-  return queue([this, offset, src, bytes] {
-    const char* p = static_cast<const char*>(src);
-    for (int64_t done = 0; done < bytes;) {
-      const ssize_t n = ::pwrite(fd_, p + done, static_cast<size_t>(bytes - done), offset + done);
-      if (n < 0 && errno == EINTR) continue;
-      ZDL_CHECK(n > 0, prefix_, " offload: writing ", bytes, " bytes to the scratch file in '", dir_,
-                "' failed: ", n < 0 ? errno_text(errno) : "no progress");
-      done += n;
-    }
-  });
+  return transfer(true, offset, const_cast<void*>(src), bytes);
 }
 
 std::shared_future<void> NvmeStore::read_async(int64_t offset, void* dst, int64_t bytes) {
   read_ += bytes;
-  return queue([this, offset, dst, bytes] {
-    char* p = static_cast<char*>(dst);
+  return transfer(false, offset, dst, bytes);
+}
+
+// pwrite or pread until every byte moved (they may move fewer, or be interrupted).
+std::shared_future<void> NvmeStore::transfer(bool write, int64_t offset, void* buf, int64_t bytes) {
+  return queue([this, write, offset, buf, bytes] {
+    char* p = static_cast<char*>(buf);
     for (int64_t done = 0; done < bytes;) {
-      const ssize_t n = ::pread(fd_, p + done, static_cast<size_t>(bytes - done), offset + done);
-      if (n < 0 && errno == EINTR) continue;
-      ZDL_CHECK(n > 0, prefix_, " offload: reading ", bytes, " bytes from the scratch file in '", dir_,
-                "' failed: ", n < 0 ? errno_text(errno) : "the file is shorter than what was written to it");
-      done += n;
+      const size_t n = static_cast<size_t>(bytes - done);
+      const ssize_t got = write ? ::pwrite(fd_, p + done, n, offset + done) : ::pread(fd_, p + done, n, offset + done);
+      if (got < 0 && errno == EINTR) continue;
+      ZDL_CHECK(got > 0, prefix_, " offload: ", write ? "writing " : "reading ", bytes, " bytes ",
+                write ? "to" : "from", " the scratch file in '", dir_, "' failed: ",
+                got < 0 ? errno_text(errno) : write ? "no progress" : "the file is shorter than what was written to it");
+      done += got;
     }
   });
 }

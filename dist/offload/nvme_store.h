@@ -52,6 +52,7 @@ class NvmeStore {
   int64_t bytes_read() const { return read_; }
 
  private:
+  std::shared_future<void> transfer(bool write, int64_t offset, void* buf, int64_t bytes);
   std::shared_future<void> queue(std::function<void()> job);
   void worker();
 

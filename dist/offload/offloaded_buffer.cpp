@@ -45,6 +45,17 @@ void OffloadedBuffer::fetch_async() {
   dirty_ = false;
 }
 
+void OffloadedBuffer::fetch_for_overwrite() {
+  if (state_ == State::Evicted) {
+    storage_->materialize(storage_->category());
+    state_ = State::Resident;
+  } else {
+    fetch_async();
+    wait();
+  }
+  dirty_ = true;
+}
+
 void OffloadedBuffer::wait() {
   if (state_ != State::Fetching) return;
   std::shared_future<void> f = std::exchange(io_, {});
@@ -79,7 +90,8 @@ void OffloadedBuffer::settle() {
   state_ = State::Evicted;
 }
 
-Resident::Resident(std::vector<OffloadedBuffer*> reads, std::vector<OffloadedBuffer*> writes) {
+Resident::Resident(std::vector<OffloadedBuffer*> reads, std::vector<OffloadedBuffer*> writes,
+                   std::vector<OffloadedBuffer*> overwrites) {
   auto add = [&](OffloadedBuffer* b, bool write) {
     if (!b) return;
     entries_.push_back({b, !b->resident()});
@@ -88,6 +100,11 @@ Resident::Resident(std::vector<OffloadedBuffer*> reads, std::vector<OffloadedBuf
   };
   for (OffloadedBuffer* b : reads) add(b, false);
   for (OffloadedBuffer* b : writes) add(b, true);
+  for (OffloadedBuffer* b : overwrites) {
+    if (!b) continue;
+    entries_.push_back({b, !b->resident()});
+    b->fetch_for_overwrite();
+  }
 }
 
 void Resident::wait() {

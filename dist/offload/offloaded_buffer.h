@@ -37,6 +37,8 @@ class OffloadedBuffer {
   // Evicted -> Fetching: allocates the bytes (under the memory cap) and queues the read.
   // Evicting -> Resident. A no-op otherwise.
   void fetch_async();
+  // Evicted -> Resident without reading: the caller overwrites every byte (marked changed).
+  void fetch_for_overwrite();
   // Fetching -> Resident: waits for the read (throws its I/O error).
   void wait();
   // The bytes were changed in memory: the next evict writes them.
@@ -60,7 +62,8 @@ class OffloadedBuffer {
   std::shared_future<void> io_;
 };
 
-// Brings buffers in for a scope: `reads` are used as they are, `writes` are changed. The fetches
+// Brings buffers in for a scope: `reads` are used as they are, `writes` are changed, and
+// `overwrites` are written whole (brought in without being read). The fetches
 // are queued at construction (so a scope made one unit ahead overlaps the disk with compute);
 // wait() makes them present. At the end, the buffers this scope brought in are evicted again
 // (changed ones written back, asynchronously: settle them, or fetch them again, to finish);
@@ -68,7 +71,8 @@ class OffloadedBuffer {
 // Null pointers are skipped.
 class Resident {
  public:
-  Resident(std::vector<OffloadedBuffer*> reads, std::vector<OffloadedBuffer*> writes = {});
+  Resident(std::vector<OffloadedBuffer*> reads, std::vector<OffloadedBuffer*> writes = {},
+           std::vector<OffloadedBuffer*> overwrites = {});
   ~Resident();
   Resident(const Resident&) = delete;
   Resident& operator=(const Resident&) = delete;

@@ -61,6 +61,22 @@ std::map<MemoryCategory, int64_t> offloaded_bytes_closed_form(ZeroStage stage, c
   return out;
 }
 
+OffloadTraffic offload_traffic_closed_form(ZeroStage stage, const OffloadOptions& o, int64_t P, int64_t N,
+                                           ElementBytes e, int64_t micro_steps) {
+  OffloadTraffic t;
+  if (o.optimizer == OffloadTarget::Nvme) {
+    const int64_t opt = model_state_bytes(stage, ModelState::OptimizerStates, P, N, e);
+    t.read += opt;
+    t.written += opt;
+  }
+  if (o.params == OffloadTarget::Nvme && is_sharded(stage, ModelState::Parameters)) {
+    const int64_t shard = model_state_bytes(stage, ModelState::Parameters, P, N, e);
+    t.read += 2 * micro_steps * shard + (e.s == 4 ? shard : 0);  // f32: the shard is the master
+    t.written += shard;
+  }
+  return t;
+}
+
 int64_t PaddedUnits::total() const {
   int64_t sum = root;
   for (int64_t b : blocks) sum += b;

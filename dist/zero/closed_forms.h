@@ -74,6 +74,18 @@ std::map<MemoryCategory, int64_t> state_bytes_closed_form(ZeroStage stage, int64
 std::map<MemoryCategory, int64_t> offloaded_bytes_closed_form(ZeroStage stage, const OffloadOptions& o, int64_t P,
                                                               int64_t N, ElementBytes e);
 
+// Offload: the bytes a rank reads from and writes to its NVMe store in one training step of
+// `micro_steps` micro-steps (docs/offload.md). Optimizer offload: each unit's optimizer states
+// are read and written once (k P/N each way; DDP k P). Parameter offload (ZeRO-3): every gather
+// reads the unit's shard (forward and backward of each micro-step: 2 A s P/N); the step then
+// writes the shards once (s P/N), after reading them in f32, where the shard is the master the
+// optimizer updates (bf16 casts the shard whole from its master: no read).
+struct OffloadTraffic {
+  int64_t read = 0, written = 0;
+};
+OffloadTraffic offload_traffic_closed_form(ZeroStage stage, const OffloadOptions& o, int64_t P, int64_t N,
+                                           ElementBytes e, int64_t micro_steps);
+
 // A model's units as the partitioner padded them (elements, each a multiple of N), in forward
 // order: what the peaks of a step depend on.
 struct PaddedUnits {

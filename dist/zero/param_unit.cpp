@@ -298,7 +298,7 @@ void ParamUnit::refresh_params() {
     }
   } else if (pol.shard_parameters) {
     if (separate_master_) {
-      Resident r({master_off_.get()}, {shard_off_.get()});
+      Resident r({master_off_.get()}, {}, {shard_off_.get()});  // the shard is cast whole from the master
       r.wait();
       param_shard_.copy_(master_);
     }
@@ -317,7 +317,7 @@ void ParamUnit::refresh_params() {
 
 void ParamUnit::write_back_full() {
   {
-    Resident r({}, {master_off_.get(), shard_off_.get()});
+    Resident r({}, {}, {master_off_.get(), shard_off_.get()});  // both written whole below
     r.wait();
     Tensor own = Tensor::from_storage(full_, {master_.numel()}, {1}, master_begin_, ctx_.compute_dtype);
     if (ctx_.policy.shard_parameters) {

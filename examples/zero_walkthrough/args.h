@@ -24,7 +24,7 @@ struct Args {
   bool compare_prefetch = true;
   bool compare_checkpoint = true;
   double cap_mib = 40;
-  int64_t fit_max_layers = 128;
+  int64_t fit_max_layers = 192;
   std::string offload_dir;  // the cap search's NVMe offload rows ("": skipped)
   double loss_tol = -1;  // default by dtype
   std::string out = "walkthrough_out";

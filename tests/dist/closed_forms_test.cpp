@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <map>
 
 namespace zdl::dist {
 namespace {
@@ -23,6 +24,22 @@ TEST(ClosedForms, ModelStateBytesPerStage) {
   // The paper's Psi need not divide by N: its bytes are fractional.
   EXPECT_DOUBLE_EQ(model_state_bytes(ZeroStage::Three, ModelState::Parameters, 1001.0, 4, f32), 1001.0);
   EXPECT_DOUBLE_EQ(model_states_bytes(ZeroStage::Two, 1001.0, 3, f32), 4 * 1001.0 + 12 * 1001.0 / 3);
+}
+
+// docs/offload.md's table, P = 1000 on N = 4: the optimizer's k P / N (DDP: k P) and ZeRO-3's
+// parameter shards s P / N; nothing for parameter offload below ZeRO-3, nothing without nvme.
+TEST(ClosedForms, OffloadedBytes) {
+  const OffloadOptions opt{.optimizer = OffloadTarget::Nvme}, both{.optimizer = OffloadTarget::Nvme,
+                                                                    .params = OffloadTarget::Nvme};
+  using M = std::map<MemoryCategory, int64_t>;
+  EXPECT_EQ(offloaded_bytes_closed_form(ZeroStage::DDP, opt, 1000, 4, f32), (M{{MemoryCategory::OptimizerState, 8000}}));
+  EXPECT_EQ(offloaded_bytes_closed_form(ZeroStage::One, opt, 1000, 4, f32), (M{{MemoryCategory::OptimizerState, 2000}}));
+  EXPECT_EQ(offloaded_bytes_closed_form(ZeroStage::Two, both, 1000, 4, bf16), (M{{MemoryCategory::OptimizerState, 3000}}));
+  EXPECT_EQ(offloaded_bytes_closed_form(ZeroStage::Three, both, 1000, 4, f32),
+            (M{{MemoryCategory::OptimizerState, 2000}, {MemoryCategory::ParameterShard, 1000}}));
+  EXPECT_EQ(offloaded_bytes_closed_form(ZeroStage::Three, both, 1000, 4, bf16),
+            (M{{MemoryCategory::OptimizerState, 3000}, {MemoryCategory::ParameterShard, 500}}));
+  EXPECT_EQ(offloaded_bytes_closed_form(ZeroStage::Three, {.optimizer = OffloadTarget::Cpu}, 1000, 4, f32), M{});
 }
 
 TEST(ClosedForms, GptUnitsByHand) {

@@ -84,6 +84,34 @@ inline void expect_offloaded_states_leave_memory(Communicator& comm) {
   EXPECT_LE(peak, 3 * 12 * largest) << comm.prefix() << " more than three units' optimizer states in memory";
 }
 
+// What a step moves to and from the disk equals the closed form exactly: every stage, f32 and
+// bf16, with and without accumulation (bytes counted by the store as it queues them).
+inline void expect_offload_traffic_closed_form(Communicator& comm) {
+  for (ZeroStage stage : kAllStages)
+    for (DType dt : {DType::F32, DType::BF16})
+      for (int accum : {1, 2}) {
+        RunConfig c{.stage = stage, .dtype = dt, .grad_accum = accum, .batch = 8,
+                    .offload = nvme_offload(stage == ZeroStage::Three)};
+        std::vector<std::pair<int64_t, int64_t>> counters;  // (read, written) after each step
+        int64_t padded = 0;
+        Probe probe;
+        probe.after_step = [&](ZeroPartitioner& z, int) {
+          counters.emplace_back(z.nvme_store()->bytes_read(), z.nvme_store()->bytes_written());
+          padded = z.num_padded();
+        };
+        run_zero(comm, c, probe);
+        const OffloadTraffic want =
+            offload_traffic_closed_form(stage, c.offload, padded, comm.size(), ElementBytes::of(dt), accum);
+        ASSERT_EQ(counters.size(), 3u);
+        for (size_t s = 1; s < counters.size(); ++s) {
+          const std::string what = detail::str(comm.prefix(), " ", stage_name(stage), " ", dtype_name(dt), " accum ",
+                                                accum, " step ", s + 1);
+          EXPECT_EQ(counters[s].first - counters[s - 1].first, want.read) << what << ": bytes read";
+          EXPECT_EQ(counters[s].second - counters[s - 1].second, want.written) << what << ": bytes written";
+        }
+      }
+}
+
 // A checkpoint saved by an offloaded run loads into a run without offload and into another
 // offloaded run, and one saved without offload loads into an offloaded run: each continues the
 // uninterrupted run's trajectory bit for bit (the offload files are scratch; the format is one).

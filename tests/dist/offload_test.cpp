@@ -29,6 +29,22 @@ TEST(Offload, EveryStageIsBitIdenticalToTheRunWithout) {
 
 TEST(Offload, OffloadedStatesLeaveMemory) { expect_offloaded_states_leave_memory(local()); }
 
+TEST(Offload, TrafficToTheDiskFollowsTheClosedForm) { expect_offload_traffic_closed_form(local()); }
+
+// The scratch file is unlinked when made: removing the directory during a run changes nothing.
+TEST(Offload, ADirectoryRemovedDuringTheRunChangesNothing) {
+  zdl::testing::TempDir tmp;
+  const std::string dir = tmp.path() + "/offload";
+  std::filesystem::create_directory(dir);
+  RunConfig c{.stage = ZeroStage::Three, .dtype = DType::BF16};
+  const RunResult ref = run_zero(local(), c);
+  c.offload = {.optimizer = OffloadTarget::Nvme, .params = OffloadTarget::Nvme, .dir = dir};
+  Probe probe;
+  probe.after_wrap = [&](ZeroPartitioner&) { std::filesystem::remove_all(dir); };
+  expect_same_bits(local(), run_zero(local(), c, probe), ref, "offload dir removed after wrap");
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
 TEST(Offload, CheckpointsResumeIntoAndOutOfOffloadExactly) { expect_offloaded_checkpoints_resume_exactly(local()); }
 
 TEST(Offload, BadOptionsAndDirectoriesAreClearErrors) {

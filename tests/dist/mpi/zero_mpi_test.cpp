@@ -269,6 +269,7 @@ namespace zdl::dist::testing {
 // docs/offload.md at N = 2, 4: tests/dist/offload_test.cpp has the one-rank cases and the errors.
 TEST(ZeroMpi, OffloadIsBitIdenticalToTheRunWithout) { expect_offload_bit_identical(world()); }
 TEST(ZeroMpi, OffloadedStatesLeaveMemory) { expect_offloaded_states_leave_memory(world()); }
+TEST(ZeroMpi, OffloadTrafficFollowsTheClosedForm) { expect_offload_traffic_closed_form(world()); }
 TEST(ZeroMpi, OffloadedCheckpointsResumeExactly) { expect_offloaded_checkpoints_resume_exactly(world()); }
 
 }  // namespace zdl::dist::testing
