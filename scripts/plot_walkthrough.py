@@ -305,14 +305,21 @@ def plot_largest(out, plt):
     data = by_n(out, "fit")
     if not data:
         return None
-    fig, ax = plt.subplots(figsize=(10, 5))
+    fig, ax = plt.subplots(figsize=(12, 5))
     cap = None
     ns = sorted(data)
-    width = 0.1
-    for i, s in enumerate(STAGES):
+    # Every stage without offload; ZeRO-3 with NVMe offload where the run searched it
+    # (zero_walkthrough --offload-dir): optimizer states, then parameter shards too.
+    variants = [(s, "none") for s in STAGES] + [("zero3", "optimizer"), ("zero3", "optimizer+params")]
+    variants = [v for v in variants if any(r["stage"] == v[0] and r.get("offload", "none") == v[1]
+                                           for rows in data.values() for r in rows)]
+    offload_colors = {"optimizer": "#6a3d9a", "optimizer+params": "#b15928"}
+    width = 0.8 / (2 * len(variants))
+    for i, (s, off) in enumerate(variants):
         for ck in (0, 1):  # without / with activation checkpointing of every block
             for j, n in enumerate(ns):
-                rs = [r for r in data[n] if r["stage"] == s and int(r.get("checkpoint", 0)) == ck]
+                rs = [r for r in data[n] if r["stage"] == s and int(r.get("checkpoint", 0)) == ck
+                      and r.get("offload", "none") == off]
                 if not rs:
                     continue
                 cap = int(rs[0]["cap"])
@@ -320,12 +327,13 @@ def plot_largest(out, plt):
                 if not trained:
                     continue
                 best = max(trained, key=lambda r: int(r["n_layer"]))
-                x = j + (2 * i + ck - 3.5) * width
+                x = j + (2 * i + ck - (2 * len(variants) - 1) / 2) * width
                 y = int(best["params"]) / 1e6
-                ax.bar(x, y, width * 0.92, color=STAGE_COLORS[s], hatch="//" if ck else None,
-                       edgecolor="white" if ck else None,
-                       label=(TITLES[s] + (" + checkpointing" if ck else "")) if j == 0 else None)
-                ax.text(x, y, f"{best['n_layer']}", ha="center", va="bottom", fontsize=7)
+                name = TITLES[s] + ("" if off == "none" else f" + {off} on NVMe")
+                ax.bar(x, y, width * 0.92, color=STAGE_COLORS[s] if off == "none" else offload_colors[off],
+                       hatch="//" if ck else None, edgecolor="white" if ck else None,
+                       label=(name + (" + checkpointing" if ck else "")) if j == 0 else None)
+                ax.text(x, y, f"{best['n_layer']}", ha="center", va="bottom", fontsize=6)
     ax.set_xticks(range(len(ns)))
     ax.set_xticklabels([str(n) for n in ns])
     ax.set_xlabel("N (ranks; global batch fixed, so B/N rows per rank)")
