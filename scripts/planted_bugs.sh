@@ -81,6 +81,28 @@ bug checkpoint-checksum-short io/checkpoint.cpp '-R ^Checkpoint\.' \
 bug sharded-checksum-unverified dist/checkpoint/sharded_checkpoint.cpp '-R ^ShardedCheckpointLocal\.' \
   'ZDL_CHECK(sum == lf.fnv1a64,' \
   'ZDL_CHECK(true,'
+# Offload (docs/offload.md): a changed buffer evicted without its write, a gather that skips
+# the read of its shard, a refresh whose shard write is lost, an optimizer step one unit behind.
+bug offload-write-back-lost dist/offload/offloaded_buffer.cpp '-R ^Offload\.' \
+  '  if (dirty_) {' \
+  '  if (false) {'
+bug offload-shard-not-read dist/zero/param_unit.cpp '-R ^Offload\.' \
+  '    shard_off_->fetch_async();
+    shard_off_->wait();' \
+  '    shard_off_->fetch_for_overwrite();'
+bug offload-refresh-unsaved dist/zero/param_unit.cpp '-R ^Offload\.' \
+  'Resident r({master_off_.get()}, {}, {shard_off_.get()});' \
+  'Resident r({master_off_.get(), shard_off_.get()});'
+bug offload-traffic-double-read dist/offload/offloaded_buffer.cpp '-R ^Offload\.' \
+  '  dirty_ = false;
+}
+
+void OffloadedBuffer::fetch_for_overwrite() {' \
+  '  dirty_ = false;
+  store_.read_async(region_, storage_->data(), bytes_).get();
+}
+
+void OffloadedBuffer::fetch_for_overwrite() {'
 
 # ---- scratch copy and build -----------------------------------------------------------------
 temporary=0
