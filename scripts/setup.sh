@@ -13,6 +13,7 @@ packages=(
   libeigen3-dev          # CPU kernels
   libdnnl-dev            # oneDNN: f32 GEMM 5-10% faster than Eigen's (cmake/ZdlOneDnn.cmake)
   mpich libmpich-dev     # collectives on CPU, launcher (mpirun)
+  ccache                 # rebuilds of unchanged sources are cache hits (scripts/build.sh)
   libcli11-dev nlohmann-json3-dev
 )
 if [ "${1:-}" != "--main" ]; then
