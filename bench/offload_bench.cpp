@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -59,11 +60,38 @@ struct ModeResult {
   int64_t bytes_per_step = 0;
 };
 
+constexpr const char* kUsage =
+    "usage: mpirun -n N offload_bench --dir DIR [--layers 8 --heads 4 --embd 256 --seq 64 --batch 8 --dtype f32\n"
+    "                                  --steps 6 --warmup 2]\n"
+    "ZeRO-3 step time with NVMe offload (files in DIR) next to the step without it (docs/offload.md)\n";
+
+int run(int argc, char** argv);
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "offload_bench: %s\n", without_code_location(e.what()).c_str());
+    return 1;
+  }
+}
+
+namespace {
+
+int run(int argc, char** argv) {
   int64_t L = 8, H = 4, C = 256, T = 64, B = 8, steps = 6, warmup = 2;
   std::string dir, dtype = "f32";
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "offload_bench: every flag takes a value\n%s", kUsage);
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--dir") dir = v;
@@ -76,12 +104,15 @@ int main(int argc, char** argv) {
     else if (k == "--steps") steps = std::atoll(v.c_str());
     else if (k == "--warmup") warmup = std::atoll(v.c_str());
     else {
-      std::fprintf(stderr, "offload_bench: unknown flag %s\n", k.c_str());
+      std::fprintf(stderr, "offload_bench: unknown flag %s\n%s", k.c_str(), kUsage);
       return 2;
     }
   }
-  if (dir.empty() || (dtype != "f32" && dtype != "bf16") || steps < 1) {
-    std::fprintf(stderr, "offload_bench: needs --dir DIR; --dtype f32 or bf16; --steps >= 1\n");
+  std::error_code ec;
+  if (dir.empty() || !std::filesystem::is_directory(dir, ec) || (dtype != "f32" && dtype != "bf16") || steps < 1 ||
+      L < 1 || H < 1 || C < 1 || C % H != 0 || T < 1 || B < 1 || warmup < 0) {
+    std::fprintf(stderr, "offload_bench: needs --dir DIR (an existing directory); --dtype f32 or bf16; --steps >= 1; "
+                         "positive shapes with --embd a multiple of --heads\n%s", kUsage);
     return 2;
   }
   std::shared_ptr<dist::Communicator> comm = dist::init();
@@ -157,3 +188,5 @@ int main(int argc, char** argv) {
                   : "NO");
   return 0;
 }
+
+}  // namespace

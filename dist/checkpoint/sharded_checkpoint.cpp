@@ -521,7 +521,13 @@ io::TrainState load_impl(const std::string& dir, ZeroPartitioner& zero, ZeroAdam
                       flat_range(filled[k], g.begin - shards[i].begin, g.numel()));
       for (int k = 0; k < 3; ++k)
         if (!filled[k].same(states[k])) states[k].copy_(filled[k]);
+      // Offload: the previous unit's writes ran while this one was filled; finish them, so at most
+      // two units' states are in memory (as in a step), not all of them until the first step.
+      if (i > 0)
+        for (OffloadedBuffer* b : opt.offloaded_states(i - 1)) b->settle();
     }
+    if (!shards.empty())
+      for (OffloadedBuffer* b : opt.offloaded_states(shards.size() - 1)) b->settle();
   });
   opt.set_step_count(L.optimizer_step);
   zero.set_step(L.state.step);

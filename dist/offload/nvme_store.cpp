@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "core/check.h"
+#include "core/memory.h"
 
 namespace zdl::dist {
 
@@ -17,19 +18,31 @@ constexpr int64_t kAlign = 4096;
 
 std::string errno_text(int e) { return std::strerror(e); }
 
+// The disk's errors are the environment's, not the code's: no source location in the message.
+template <class... Args>
+[[noreturn]] void fail(const Args&... args) {
+  throw Error(detail::str(args...));
+}
+
 }  // namespace
 
 NvmeStore::NvmeStore(std::string dir, std::string prefix, int io_threads)
     : dir_(std::move(dir)), prefix_(std::move(prefix)) {
   namespace fs = std::filesystem;
-  ZDL_CHECK(!dir_.empty(), prefix_, " offload: no offload directory given (--offload-dir)");
+  if (dir_.empty()) fail(prefix_, " offload: no offload directory given (--offload-dir)");
   std::error_code ec;
-  ZDL_CHECK(fs::is_directory(dir_, ec), prefix_, " offload: '", dir_,
-            "' is not a directory; create it (a local NVMe or SSD path) or name another with --offload-dir");
-  path_ = (fs::path(dir_) / ("zerodl-offload-" + std::to_string(::getpid()) + ".tmp")).string();
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  ZDL_CHECK(fd_ >= 0, prefix_, " offload: cannot create a scratch file in '", dir_, "': ", errno_text(errno));
-  ::unlink(path_.c_str());  // freed by the kernel when the process ends, however it ends
+  if (!fs::is_directory(dir_, ec))
+    fail(prefix_, " offload: '", dir_,
+         "' is not a directory; create it (a local NVMe or SSD path) or name another with --offload-dir");
+  // An unnamed file where the filesystem can make one (nothing to clean up, ever); elsewhere a
+  // unique name, unlinked at once. Either way the kernel frees the blocks when the process ends.
+  fd_ = ::open(dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd_ < 0) {
+    std::string path = (fs::path(dir_) / "zerodl-offload.XXXXXX").string();
+    fd_ = ::mkostemp(path.data(), O_CLOEXEC);
+    if (fd_ < 0) fail(prefix_, " offload: cannot create a scratch file in '", dir_, "': ", errno_text(errno));
+    ::unlink(path.c_str());
+  }
   for (int i = 0; i < io_threads; ++i) threads_.emplace_back([this] { worker(); });
 }
 
@@ -49,9 +62,10 @@ int64_t NvmeStore::reserve(int64_t bytes, const std::string& what) {
   const int64_t size = (bytes + kAlign - 1) / kAlign * kAlign;
   if (size > 0) {
     const int e = ::posix_fallocate(fd_, at, size);
-    ZDL_CHECK(e == 0, prefix_, " offload: the offload directory '", dir_, "' has no room for ", what, " (",
-              bytes, " bytes past the ", at, " already placed there): ", errno_text(e),
-              "; free space there or name a larger disk with --offload-dir");
+    if (e != 0)
+      fail(prefix_, " offload: the offload directory '", dir_, "' has no room for ", what, " (",
+           format_bytes(bytes), " past the ", format_bytes(at), " already placed there): ", errno_text(e),
+           "; free space there or name a larger disk with --offload-dir");
   }
   end_ = at + size;
   return at;
@@ -75,9 +89,10 @@ std::shared_future<void> NvmeStore::transfer(bool write, int64_t offset, void* b
       const size_t n = static_cast<size_t>(bytes - done);
       const ssize_t got = write ? ::pwrite(fd_, p + done, n, offset + done) : ::pread(fd_, p + done, n, offset + done);
       if (got < 0 && errno == EINTR) continue;
-      ZDL_CHECK(got > 0, prefix_, " offload: ", write ? "writing " : "reading ", bytes, " bytes ",
-                write ? "to" : "from", " the scratch file in '", dir_, "' failed: ",
-                got < 0 ? errno_text(errno) : write ? "no progress" : "the file is shorter than what was written to it");
+      if (got <= 0)
+        fail(prefix_, " offload: ", write ? "writing " : "reading ", bytes, " bytes ", write ? "to" : "from",
+             " the scratch file in '", dir_, "' failed: ",
+             got < 0 ? errno_text(errno) : write ? "no progress" : "the file is shorter than what was written to it");
       done += got;
     }
   });

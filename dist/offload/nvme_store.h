@@ -2,9 +2,10 @@
 // docs/offload.md), and the I/O threads that read and write it while the cores compute.
 //
 // Choices:
-// - One file per rank, created in the offload directory and unlinked at once: the kernel frees
-//   its blocks when the process ends, however it ends, so a killed run leaves no debris. Nothing
-//   in it outlives a run; checkpoints stay the durable copy (their format does not change).
+// - One file per rank in the offload directory, never named (O_TMPFILE) or, where the filesystem
+//   cannot make such a file, given a unique name and unlinked at once: the kernel frees its blocks
+//   when the process ends, however it ends, so a killed run leaves no debris. Nothing in it
+//   outlives a run; checkpoints stay the durable copy (their format does not change).
 // - Regions are reserved once, when a state is placed (ZeroPartitioner::wrap, ZeroAdamW's
 //   constructor), with posix_fallocate: a directory without room for every state fails then,
 //   with a message naming it, never in the middle of a step.
@@ -56,7 +57,7 @@ class NvmeStore {
   std::shared_future<void> queue(std::function<void()> job);
   void worker();
 
-  std::string dir_, prefix_, path_;
+  std::string dir_, prefix_;
   int fd_ = -1;
   int64_t end_ = 0;
   int64_t written_ = 0, read_ = 0;  // bytes queued, counted on the caller's thread

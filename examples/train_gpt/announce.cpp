@@ -1,6 +1,7 @@
 #include "examples/train_gpt/announce.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -37,7 +38,7 @@ void print_run(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
     const MemoryStats off = memory_ledger().offloaded();
     say(detail::str("offload: optimizer ", dist::offload_target_name(s.offload.optimizer), ", params ",
                     dist::offload_target_name(s.offload.params), " | rank 0 keeps ", format_bytes(off.total_current),
-                    " of model states in ", nvme->dir(), " (optimizer states ",
+                    " of model states in ", std::filesystem::absolute(nvme->dir()).string(), " (optimizer states ",
                     format_bytes(off.current_of(MemoryCategory::OptimizerState)), ", parameter shards ",
                     format_bytes(off.current_of(MemoryCategory::ParameterShard)), ")"));
   }
@@ -63,6 +64,7 @@ void announce(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
                     {"dtype", dtype_name(s.dtype)},
                     {"offload_optimizer", dist::offload_target_name(s.offload.optimizer)},
                     {"offload_params", dist::offload_target_name(s.offload.params)},
+                    {"offload_dir", s.offload.dir},
                     {"offloaded_bytes", memory_ledger().offloaded().total_current},
                     {"device", x.dev.str()},
                     {"gpu", x.dev.is_cuda() ? gpu.name : ""},

@@ -1,5 +1,7 @@
 #include "examples/train_gpt/configure.h"
 
+#include <sys/statvfs.h>
+
 #include <filesystem>
 
 #include "data/byte_tokenizer.h"
@@ -96,21 +98,26 @@ void check_offload(const Args& a, const CLI::App& app, Setup& s, int world, Devi
   if (o.params == dist::OffloadTarget::Nvme && a.zero_stage != 3)
     throw UsageError(detail::str("--offload-params nvme moves ZeRO-3's parameter shards; use --zero-stage 3 (got ",
                                  a.zero_stage, ")"));
-  if (a.offload_dir.empty()) throw UsageError("--offload-* nvme needs --offload-dir DIR (a fast local disk)");
+  if (!given(app, "--offload-dir")) throw UsageError("--offload-* nvme needs --offload-dir DIR (a fast local disk)");
+  if (a.offload_dir.empty()) throw UsageError("--offload-dir is empty: name a directory on a fast local disk");
   std::error_code ec;
   if (!std::filesystem::is_directory(a.offload_dir, ec))
     throw UsageError("--offload-dir '" + a.offload_dir + "' is not a directory: create it, or name another");
+  if (const std::string why = io::unwritable_reason(a.offload_dir); !why.empty())
+    throw UsageError("--offload-dir '" + a.offload_dir + "' is not writable (" + why + ")");
   const dist::PaddedUnits units = dist::gpt_padded_units(s.cfg, world);
   int64_t per_rank = 0;
   for (auto& [cat, bytes] : dist::offloaded_bytes_closed_form(dist::stage_from_int(a.zero_stage), o, units.total(),
                                                               world, dist::ElementBytes::of(s.dtype)))
     per_rank += bytes;
   per_rank += 3 * static_cast<int64_t>(units.blocks.size() + 1) * 4096;  // up to 3 buffers a unit, 4 KiB aligned
-  try {
-    io::check_can_write_in(a.offload_dir, detail::str("the offload files of ", world, " rank(s)"), per_rank * world);
-  } catch (const Error& e) {
-    throw UsageError(std::string("--offload-dir: ") + e.what());
-  }
+  struct statvfs fs {};
+  if (::statvfs(a.offload_dir.c_str(), &fs) != 0) return;  // unknown: placing the states reports it
+  const int64_t free_bytes = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+  if (free_bytes < per_rank * world)
+    throw UsageError(detail::str("--offload-dir '", a.offload_dir, "' has ", format_bytes(free_bytes),
+                                 " free, and the offload files of ", world, " rank(s) need ",
+                                 format_bytes(per_rank * world), ": free space there or name a larger disk"));
 }
 
 // The model's config and the flags that depend on it, in the order the user meets them.

@@ -82,6 +82,16 @@ inline void expect_offloaded_states_leave_memory(Communicator& comm) {
                        mem0.current_of(MemoryCategory::OptimizerState);
   EXPECT_GT(peak, 0) << comm.prefix() << " the step never brought its states in";
   EXPECT_LE(peak, 3 * 12 * largest) << comm.prefix() << " more than three units' optimizer states in memory";
+  // A checkpoint load writes the states back unit by unit: none stays in memory for the next step.
+  sharded::SharedDir tmp(comm);
+  save_sharded(tmp / "ckpt", *run.zero, *run.opt, run.state(2));
+  memory_ledger().reset_peaks(Device::cpu());
+  load_sharded(tmp / "ckpt", *run.zero, *run.opt);
+  check_placed("after loading a checkpoint");
+  EXPECT_LE(memory_ledger().stats(Device::cpu()).peak_of(MemoryCategory::OptimizerState) -
+                mem0.current_of(MemoryCategory::OptimizerState),
+            2 * 12 * largest)
+      << comm.prefix() << " a load held more than two units' optimizer states";
 }
 
 // What a step moves to and from the disk equals the closed form exactly: every stage, f32 and
