@@ -275,14 +275,15 @@ class TrainGptFaults(unittest.TestCase):
                      "--metrics", m, *extra, ranks=ranks)
         return losses(m)
 
-    def assert_resumes_exactly(self, ck, steps, until, ranks=0, extra=()):
-        """Resumes `ck` up to step `until` and compares every loss with the uninterrupted run."""
+    def assert_resumes_exactly(self, ck, steps, until, ranks=0, extra=(), resume_extra=None):
+        """Resumes `ck` up to step `until` (with `resume_extra` flags, default `extra`) and compares
+        every loss with the uninterrupted run (with `extra`)."""
         k = self.checkpoint_step(ck)
         m = self.p("resumed.jsonl")
         if os.path.exists(m):
             os.remove(m)
         self.run_gpt("--resume", ck, "--data", self.data, *SMALL, "--steps", str(steps), "--stop-after", str(until),
-                     "--metrics", m, *extra, ranks=ranks)
+                     "--metrics", m, *(extra if resume_extra is None else resume_extra), ranks=ranks)
         resumed, straight = losses(m), self.straight_losses(steps, until, ranks, extra)
         self.assertEqual(sorted(resumed), list(range(k + 1, until + 1)))
         for s in resumed:
@@ -327,13 +328,11 @@ class TrainGptFaults(unittest.TestCase):
         self.assertEqual(self.checkpoint_step(ck), 2)
         self.assert_resumes_exactly(ck, 8, 8)
 
-    def test_resume_after_a_crash_mid_run_is_bit_exact(self):
-        # SIGKILL of rank 0 at some step after saves every 2 steps (possibly during one): the
-        # last complete checkpoint resumes to the same losses as the run that was never killed.
-        ranks = 2 if MPIRUN else 0  # run by hand without MPI: the one-process crash (ctest always has MPI)
-        extra = ["--zero-stage", "2"] if ranks else []
+    def crash_mid_run(self, flags, ranks):
+        """A run saving every 2 steps whose rank 0 is SIGKILLed after 5 steps (possibly during a
+        save): its checkpoint directory, the step saved last (>= 4, even) and the losses it logged."""
         ck = self.p("ck")
-        proc, pids = self.run_until_steps(["--data", self.data, *SMALL, *extra, "--save", ck, "--save-every", "2"],
+        proc, pids = self.run_until_steps(["--data", self.data, *SMALL, *flags, "--save", ck, "--save-every", "2"],
                                           ranks, 5, name="crash")
         os.kill(pids[0], signal.SIGKILL)
         proc.wait(timeout=TIMEOUT_S + SLACK_S)
@@ -341,7 +340,14 @@ class TrainGptFaults(unittest.TestCase):
         k = self.checkpoint_step(ck)
         self.assertGreaterEqual(k, 4)
         self.assertEqual(k % 2, 0)
-        crashed = losses(self.p("crash.jsonl"))
+        return ck, k, losses(self.p("crash.jsonl"))
+
+    def test_resume_after_a_crash_mid_run_is_bit_exact(self):
+        # SIGKILL of rank 0 at some step after saves every 2 steps (possibly during one): the
+        # last complete checkpoint resumes to the same losses as the run that was never killed.
+        ranks = 2 if MPIRUN else 0  # run by hand without MPI: the one-process crash (ctest always has MPI)
+        extra = ["--zero-stage", "2"] if ranks else []
+        ck, k, crashed = self.crash_mid_run(extra, ranks)
         straight = self.straight_losses(1000000, k + 3, ranks, extra)
         for s in range(1, k + 1):  # the killed run was the same trajectory up to its checkpoint
             self.assertEqual(crashed[s], straight[s])
@@ -362,27 +368,13 @@ class TrainGptFaults(unittest.TestCase):
         ranks = 2 if MPIRUN else 0
         plain = ["--zero-stage", "3", "--dtype", "bf16"]
         off = self.offload_flags()
-        ck = self.p("ck")
-        proc, pids = self.run_until_steps(["--data", self.data, *SMALL, *off, "--save", ck, "--save-every", "2"],
-                                          ranks, 5, name="crash")
-        os.kill(pids[0], signal.SIGKILL)
-        proc.wait(timeout=TIMEOUT_S + SLACK_S)
-        self.assertNotEqual(proc.returncode, 0)
+        ck, k, crashed = self.crash_mid_run(off, ranks)
         self.assertEqual(os.listdir(self.p("offload")), [], "offload files outlived the killed run")
-        k = self.checkpoint_step(ck)
-        self.assertGreaterEqual(k, 4)
-        crashed = losses(self.p("crash.jsonl"))
         straight = self.straight_losses(1000000, k + 3, ranks, plain)
         for s in range(1, k + 1):
             self.assertEqual(crashed[s], straight[s], f"step {s}: offloaded {crashed[s]} != without {straight[s]}")
-        self.assert_resumes_exactly(ck, 1000000, k + 3, ranks, plain)
-        m = self.p("resumed_offloaded.jsonl")
-        self.run_gpt("--resume", ck, "--data", self.data, *SMALL, *off, "--steps", "1000000",
-                     "--stop-after", str(k + 3), "--metrics", m, ranks=ranks)
-        resumed = losses(m)
-        self.assertEqual(sorted(resumed), list(range(k + 1, k + 4)))
-        for s in resumed:
-            self.assertEqual(resumed[s], straight[s], f"step {s}: resumed with offload {resumed[s]} != {straight[s]}")
+        for resume_flags in (plain, off):
+            self.assert_resumes_exactly(ck, 1000000, k + 3, ranks, plain, resume_extra=resume_flags)
 
     def test_bad_offload_flags_and_directories_fail_before_training(self):
         a_file = self.p("a_file")
