@@ -523,11 +523,9 @@ io::TrainState load_impl(const std::string& dir, ZeroPartitioner& zero, ZeroAdam
         if (!filled[k].same(states[k])) states[k].copy_(filled[k]);
       // Offload: the previous unit's writes ran while this one was filled; finish them, so at most
       // two units' states are in memory (as in a step), not all of them until the first step.
-      if (i > 0)
-        for (OffloadedBuffer* b : opt.offloaded_states(i - 1)) b->settle();
+      if (i > 0) settle(opt.offloaded_states(i - 1));
     }
-    if (!shards.empty())
-      for (OffloadedBuffer* b : opt.offloaded_states(shards.size() - 1)) b->settle();
+    if (!shards.empty()) settle(opt.offloaded_states(shards.size() - 1));
   });
   opt.set_step_count(L.optimizer_step);
   zero.set_step(L.state.step);

@@ -48,7 +48,6 @@ class NvmeStore {
 
   const std::string& dir() const { return dir_; }
   const std::string& prefix() const { return prefix_; }
-  int64_t reserved_bytes() const { return end_; }
   int64_t bytes_written() const { return written_; }
   int64_t bytes_read() const { return read_; }
 

@@ -90,6 +90,11 @@ void OffloadedBuffer::settle() {
   state_ = State::Evicted;
 }
 
+void settle(const std::vector<OffloadedBuffer*>& buffers) {
+  for (OffloadedBuffer* b : buffers)
+    if (b) b->settle();
+}
+
 Resident::Resident(std::vector<OffloadedBuffer*> reads, std::vector<OffloadedBuffer*> writes,
                    std::vector<OffloadedBuffer*> overwrites) {
   auto add = [&](OffloadedBuffer* b, bool write) {

@@ -62,6 +62,10 @@ class OffloadedBuffer {
   std::shared_future<void> io_;
 };
 
+// Settles every buffer of a unit (null pointers skipped): what a caller that evicted them does one
+// unit later, so their writes overlap the next unit's work.
+void settle(const std::vector<OffloadedBuffer*>& buffers);
+
 // Brings buffers in for a scope: `reads` are used as they are, `writes` are changed, and
 // `overwrites` are written whole (brought in without being read). The fetches
 // are queued at construction (so a scope made one unit ahead overlaps the disk with compute);

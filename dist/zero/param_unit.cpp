@@ -336,10 +336,7 @@ void ParamUnit::prefetch_shard() {
   if (shard_off_ && param_state_ == ParamState::Sharded) shard_off_->fetch_async();
 }
 
-void ParamUnit::settle_offload() {
-  if (shard_off_) shard_off_->settle();
-  if (master_off_) master_off_->settle();
-}
+void ParamUnit::settle_offload() { settle({shard_off_.get(), master_off_.get()}); }
 
 // ---- gradients ----
 

@@ -66,8 +66,8 @@ std::vector<OffloadedBuffer*> ZeroAdamW::offloaded_states(size_t unit) const {
 // [Note: the step unit by unit] Each unit is updated, then its parameters refreshed from the
 // master (ZeroPartitioner::refresh_params(i)), while its states are in memory. Offloaded states
 // are brought in one unit ahead (the read of unit i + 1 runs while unit i computes) and written
-// back behind (unit i's writes run while unit i + 1 computes; refresh_params(i + 1) settles the
-// unit's own). Without offload the Resident scopes are empty and this is the plain loop.
+// back behind (unit i's writes run while unit i + 1 computes, and are settled after it). Without
+// offload the Resident scopes are empty and this is the plain loop.
 void ZeroAdamW::step(double grad_scale) {
   NoGradGuard ng;
   zero_.begin_optimizer_step("ZeroAdamW::step");
@@ -81,11 +81,9 @@ void ZeroAdamW::step(double grad_scale) {
     update(i, grad_scale);
     zero_.refresh_params(i);
     here.reset();  // evicts unit i (its writes queued)
-    if (i > 0 && i - 1 < offloaded_moments_.size())
-      for (const auto& b : offloaded_moments_[i - 1]) b->settle();
+    if (i > 0) settle(offloaded_states(i - 1));
   }
-  for (const auto& unit : offloaded_moments_)
-    for (const auto& b : unit) b->settle();
+  if (n > 0) settle(offloaded_states(n - 1));
   zero_.end_optimizer_step();
 }
 
