@@ -9,10 +9,11 @@
 // differs only by FMA contraction (relative 1e-6 after several steps); sums of squares accumulate
 // in double (1e-12). A GPT step on the GPU differs from the CPU's by the summation orders of
 // GEMMs and reductions, which Adam amplifies a little for tiny gradients: losses and parameters
-// within 1e-4 (f32); bf16 losses within 1e-2 (one bf16 rounding is 2^-9). ZeRO stages at N = 1
-// run the same kernels in the same order on the same buffers, so they agree with stage 0 to
-// 1e-6 (bit-exact in practice; the bound leaves room for a GEMM algorithm chosen per pointer
-// alignment).
+// within 1e-4 (f32); bf16 runs on either device within what bf16 rounding predicts of their
+// drift from the f32 run (tests/dist/zero_harness.h, [Note: bf16 against rounding's prediction]).
+// ZeRO stages at N = 1 run the same kernels in the same order on the same buffers, so they agree
+// with stage 0 to 1e-6 (bit-exact in practice; the bound leaves room for a GEMM algorithm chosen
+// per pointer alignment).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,6 +38,9 @@ namespace zdl {
 
 using cuda_test::rel_diff;
 using dist::ZeroStage;
+using dist::testing::Bf16Prediction;
+using dist::testing::bf16_prediction;
+using dist::testing::expect_within_bf16_prediction;
 using dist::testing::rel_l2;
 using dist::testing::RunConfig;
 using dist::testing::RunResult;
@@ -200,14 +204,10 @@ TEST(CudaTrain, GptStepsMatchCpuInF32) {
 TEST(CudaTrain, GptStepsMatchCpuInBf16) {
   ZDL_REQUIRE_GPU();
   RunConfig c{.stage = ZeroStage::DDP, .dtype = DType::BF16, .steps = 3};
-  RunResult cpu = run_zero(*local_comm(Device::cpu()), c);
+  const Bf16Prediction p = bf16_prediction(c, 1);
+  expect_within_bf16_prediction(run_zero(*local_comm(Device::cpu()), c), p, "CPU bf16");
   c.device = Device::cuda();
-  RunResult gpu = run_zero(*local_comm(Device::cuda()), c);
-  ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
-  for (size_t s = 0; s < cpu.losses.size(); ++s)
-    EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 1e-2 * std::abs(cpu.losses[s])) << "bf16 step " << s + 1;
-  for (auto& [name, v] : gpu.params)
-    for (double x : v) ASSERT_TRUE(std::isfinite(x)) << name;
+  expect_within_bf16_prediction(run_zero(*local_comm(Device::cuda()), c), p, "GPU bf16");
 }
 
 // ---------------- ZeRO stages on the GPU ----------------

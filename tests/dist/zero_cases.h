@@ -273,15 +273,9 @@ inline void expect_interrupt_on_one_rank_is_seen_by_every_rank(Communicator& com
 // tiny gradients into full-size lr steps of either sign), so they are held only to 25%
 // relative L2: enough to catch a wrong shard, a missed cast or a lost update (~100%).
 inline void expect_bf16_tracks_f32(Communicator& comm, ZeroStage stage) {
-  RunConfig c{.stage = stage};
-  RunResult ref = run_reference(c, comm.size());
-  c.dtype = DType::BF16;
-  RunResult got = run_zero(comm, c);
-  for (size_t s = 0; s < ref.losses.size(); ++s)
-    EXPECT_NEAR(got.losses[s], ref.losses[s], 0.01 * ref.losses[s])
-        << comm.prefix() << " bf16 " << stage_name(stage) << " step " << s + 1;
-  for (auto& [name, v] : ref.params)
-    EXPECT_LE(rel_l2(got.params[name], v), 0.25) << comm.prefix() << " bf16 " << stage_name(stage) << " " << name;
+  RunConfig c{.stage = stage, .dtype = DType::BF16};
+  const Bf16Prediction p = bf16_prediction(c, comm.size());
+  expect_within_bf16_prediction(run_zero(comm, c), p, detail::str(comm.prefix(), " bf16 ", stage_name(stage)));
 }
 
 }  // namespace zdl::dist::testing

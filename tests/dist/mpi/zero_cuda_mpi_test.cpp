@@ -91,12 +91,14 @@ TEST(ZeroCudaMpi, Bf16OnTheGpuTracksOneProcess) {
   auto local = std::make_shared<LocalCommunicator>(comm->device());
   RunConfig c{.stage = ZeroStage::DDP, .dtype = DType::BF16, .device = comm->device()};
   RunResult ref = run_zero(*local, c);
+  const Bf16Prediction p = bf16_prediction(c, comm->size());
   for (ZeroStage s : {ZeroStage::DDP, ZeroStage::Three}) {
     c.stage = s;
     RunResult got = run_zero(*comm, c);
     for (size_t i = 0; i < ref.losses.size(); ++i)
       EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-2 * std::abs(ref.losses[i]))
           << comm->prefix() << " gpu bf16 " << stage_name(s) << " step " << i + 1;
+    expect_within_bf16_prediction(got, p, detail::str(comm->prefix(), " gpu bf16 ", stage_name(s)));
   }
 }
 
