@@ -2,15 +2,16 @@
 // to the bound the disk sets, measured in the same run on the same directory.
 //
 //   mpirun -n 4 offload_bench --dir /scratch [--layers 8 --heads 4 --embd 256 --seq 64 --batch 8
-//                                             --dtype f32 --steps 6 --warmup 2]
+//                                             --dtype f32 --steps 6 --warmup 2 --io direct]
 // Modes: none, optimizer (Adam's moments and bf16's masters on NVMe), optimizer+params (ZeRO-3's
 // parameter shards too). Per mode, rank 0 prints the median step, the bytes each rank moved to and
 // from its scratch file per step (NvmeStore's counters), the disk's bandwidth for that traffic
 // (a write then a read of the same volume through an NvmeStore in --dir, before the modes run),
 // and two ratios: the step over the step without offload, and over the bound
 // max(step without offload, bytes / bandwidth): what perfect overlap of disk and compute reaches.
-// The disk path is the page cache's (the store does not use O_DIRECT): on a machine with memory
-// to spare the "disk" bandwidth is the cache's, and the table says what it measured.
+// --io direct (the default, O_DIRECT where the filesystem allows) measures the disk itself; --io
+// cached goes through the page cache, whose bandwidth on a machine with memory to spare is the
+// memory's. The table says which one the store used.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,17 +36,18 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 // GB/s of rewriting then reading `bytes` through an NvmeStore in `dir` (64 MiB pieces, 2 I/O threads).
-std::pair<double, double> disk_bandwidth(const std::string& dir, const std::string& prefix, int64_t bytes) {
-  dist::NvmeStore store(dir, prefix);
+std::pair<double, double> disk_bandwidth(const std::string& dir, const std::string& prefix, int64_t bytes, bool direct) {
+  dist::NvmeStore store(dir, prefix, direct);
   const int64_t piece = 64 << 20, n = std::max<int64_t>(1, (bytes + piece - 1) / piece);
-  std::vector<char> buf(static_cast<size_t>(piece), 1);
+  Tensor buffer = Tensor::full({piece / 4}, 1.0, DType::I32);  // page aligned, as the states are
+  char* buf = static_cast<char*>(buffer.raw_data());
   std::vector<int64_t> at;
   for (int64_t i = 0; i < n; ++i) at.push_back(store.reserve(piece, "the bandwidth probe"));
   auto run = [&](bool write) {
     const auto t0 = Clock::now();
     std::vector<std::shared_future<void>> io;
     for (int64_t i = 0; i < n; ++i)
-      io.push_back(write ? store.write_async(at[i], buf.data(), piece) : store.read_async(at[i], buf.data(), piece));
+      io.push_back(write ? store.write_async(at[i], buf, piece) : store.read_async(at[i], buf, piece));
     for (auto& f : io) f.get();
     return static_cast<double>(n * piece) / (ms_since(t0) / 1000.0) / 1e9;
   };
@@ -62,7 +64,7 @@ struct ModeResult {
 
 constexpr const char* kUsage =
     "usage: mpirun -n N offload_bench --dir DIR [--layers 8 --heads 4 --embd 256 --seq 64 --batch 8 --dtype f32\n"
-    "                                  --steps 6 --warmup 2]\n"
+    "                                  --steps 6 --warmup 2 --io direct|cached]\n"
     "ZeRO-3 step time with NVMe offload (files in DIR) next to the step without it (docs/offload.md)\n";
 
 int run(int argc, char** argv);
@@ -87,7 +89,7 @@ namespace {
 
 int run(int argc, char** argv) {
   int64_t L = 8, H = 4, C = 256, T = 64, B = 8, steps = 6, warmup = 2;
-  std::string dir, dtype = "f32";
+  std::string dir, dtype = "f32", io = "direct";
   if (argc % 2 == 0) {
     std::fprintf(stderr, "offload_bench: every flag takes a value\n%s", kUsage);
     return 2;
@@ -96,6 +98,7 @@ int run(int argc, char** argv) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--dir") dir = v;
     else if (k == "--dtype") dtype = v;
+    else if (k == "--io") io = v;
     else if (k == "--layers") L = std::atoll(v.c_str());
     else if (k == "--heads") H = std::atoll(v.c_str());
     else if (k == "--embd") C = std::atoll(v.c_str());
@@ -109,9 +112,10 @@ int run(int argc, char** argv) {
     }
   }
   std::error_code ec;
-  if (dir.empty() || !std::filesystem::is_directory(dir, ec) || (dtype != "f32" && dtype != "bf16") || steps < 1 ||
+  if (dir.empty() || !std::filesystem::is_directory(dir, ec) || (dtype != "f32" && dtype != "bf16") || (io != "direct" && io != "cached") || steps < 1 ||
       L < 1 || H < 1 || C < 1 || C % H != 0 || T < 1 || B < 1 || warmup < 0) {
-    std::fprintf(stderr, "offload_bench: needs --dir DIR (an existing directory); --dtype f32 or bf16; --steps >= 1; "
+    std::fprintf(stderr, "offload_bench: needs --dir DIR (an existing directory); --dtype f32 or bf16; --io direct or cached; "
+                         "--steps >= 1; "
                          "positive shapes with --embd a multiple of --heads\n%s", kUsage);
     return 2;
   }
@@ -127,9 +131,11 @@ int run(int argc, char** argv) {
   using dist::OffloadTarget;
   const std::vector<std::pair<std::string, dist::OffloadOptions>> modes = {
       {"none", {}},
-      {"optimizer", {.optimizer = OffloadTarget::Nvme, .dir = dir}},
-      {"optimizer+params", {.optimizer = OffloadTarget::Nvme, .params = OffloadTarget::Nvme, .dir = dir}}};
+      {"optimizer", {.optimizer = OffloadTarget::Nvme, .dir = dir, .direct_io = io == "direct"}},
+      {"optimizer+params",
+       {.optimizer = OffloadTarget::Nvme, .params = OffloadTarget::Nvme, .dir = dir, .direct_io = io == "direct"}}};
   std::vector<ModeResult> results;
+  bool direct_used = false;
   for (const auto& [name, offload] : modes) {
     dist::ZeroPartitioner zero(comm, {.stage = dist::ZeroStage::Three, .compute_dtype = dt, .offload = offload});
     std::shared_ptr<nn::GPT> model;
@@ -158,21 +164,24 @@ int run(int argc, char** argv) {
     }
     std::sort(ms.begin(), ms.end());
     r.step_ms = ms[ms.size() / 2];
+    if (zero.nvme_store()) direct_used = zero.nvme_store()->direct();
     if (zero.nvme_store())
       r.bytes_per_step = (zero.nvme_store()->bytes_read() + zero.nvme_store()->bytes_written() - io0) / steps;
     results.push_back(r);
   }
   // The disk's bandwidth for the largest mode's traffic (each rank measures its own share at once).
   comm->barrier();
-  const auto [write_gbs, read_gbs] = disk_bandwidth(dir, comm->prefix(), std::max<int64_t>(results.back().bytes_per_step / 2, 1));
+  const auto [write_gbs, read_gbs] =
+      disk_bandwidth(dir, comm->prefix(), std::max<int64_t>(results.back().bytes_per_step / 2, 1), io == "direct");
   const double gbs = 2.0 / (1.0 / write_gbs + 1.0 / read_gbs);  // half written, half read
   if (!lead) return 0;
   std::printf("ZeRO-3 on %d ranks, GPT L%lld H%lld C%lld T%lld B%lld %s (%lld parameters), %lld steps after %lld warm-up\n",
               N, static_cast<long long>(L), static_cast<long long>(H), static_cast<long long>(C), static_cast<long long>(T),
               static_cast<long long>(B), dtype.c_str(), static_cast<long long>(cfg.num_parameters()),
               static_cast<long long>(steps), static_cast<long long>(warmup));
-  std::printf("disk (%s, through the page cache): write %.2f GB/s, read %.2f GB/s per rank, all ranks at once\n",
-              dir.c_str(), write_gbs, read_gbs);
+  std::printf("disk (%s, %s): write %.2f GB/s, read %.2f GB/s per rank, all ranks at once\n", dir.c_str(),
+              direct_used ? "direct I/O" : io == "direct" ? "page cache: the filesystem refuses direct I/O" : "page cache",
+              write_gbs, read_gbs);
   std::printf("%-18s %10s %14s %12s %12s %14s %14s\n", "offload", "step ms", "MB/step/rank", "I/O ms", "vs none",
               "vs bound", "loss");
   const double none_ms = results[0].step_ms;

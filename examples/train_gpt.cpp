@@ -131,6 +131,9 @@ void add_zero_flags(CLI::App& app, Args& a) {
                  "ZeRO-3's parameter shards: none or nvme (files under --offload-dir, read ahead of each gather)")
       ->check(CLI::IsMember({"none", "nvme"}));
   app.add_option("--offload-dir", a.offload_dir, "a directory on a fast local disk for the offload files (nvme)");
+  app.add_option("--offload-io", a.offload_io,
+                 "direct: bypass the page cache where the filesystem allows (default); cached: through it")
+      ->check(CLI::IsMember({"direct", "cached"}));
   app.add_option("--collective-timeout", a.collective_timeout,
                  "seconds a collective may take before the watchdog fails the run (default 300; at most a year)")
       ->check(CLI::Range(0.0, std::chrono::duration<double>(dist::Communicator::kMaxTimeout).count()));

@@ -103,6 +103,14 @@ void OffloadedBuffer::fetch_for_overwrite() {' \
 }
 
 void OffloadedBuffer::fetch_for_overwrite() {'
+# Direct I/O: whole blocks read straight into a buffer past its end; a bounce write of the
+# first bytes only.
+bug offload-direct-overrun dist/offload/nvme_store.cpp '-R ^Offload\.' \
+  '    done = bytes / kAlign * kAlign;' \
+  '    done = (bytes + kAlign - 1) / kAlign * kAlign;'
+bug offload-bounce-short dist/offload/nvme_store.cpp '-R ^Offload\.' \
+  '      std::memcpy(bounce, p + done, static_cast<size_t>(n));' \
+  '      std::memcpy(bounce, p + done, static_cast<size_t>(std::min<int64_t>(n, kAlign)));'
 
 # ---- scratch copy and build -----------------------------------------------------------------
 temporary=0

@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -14,7 +17,21 @@ namespace zdl::dist {
 
 namespace {
 
-constexpr int64_t kAlign = 4096;
+constexpr int64_t kAlign = 4096;         // region alignment, and O_DIRECT's block
+constexpr int64_t kBounce = 4 << 20;     // an I/O thread's bounce buffer for unaligned transfers
+
+// The calling I/O thread's bounce buffer, kAlign-aligned.
+char* bounce_buffer() {
+  struct Buffer {
+    char* p = static_cast<char*>(std::aligned_alloc(kAlign, kBounce));
+    ~Buffer() { std::free(p); }
+  };
+  thread_local Buffer b;
+  if (!b.p) throw OutOfMemoryError("out of host memory allocating the offload bounce buffer");
+  return b.p;
+}
+
+bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlign == 0; }
 
 std::string errno_text(int e) { return std::strerror(e); }
 
@@ -26,7 +43,7 @@ template <class... Args>
 
 }  // namespace
 
-NvmeStore::NvmeStore(std::string dir, std::string prefix, int io_threads)
+NvmeStore::NvmeStore(std::string dir, std::string prefix, bool direct, int io_threads)
     : dir_(std::move(dir)), prefix_(std::move(prefix)) {
   namespace fs = std::filesystem;
   if (dir_.empty()) fail(prefix_, " offload: no offload directory given (--offload-dir)");
@@ -42,6 +59,11 @@ NvmeStore::NvmeStore(std::string dir, std::string prefix, int io_threads)
     fd_ = ::mkostemp(path.data(), O_CLOEXEC);
     if (fd_ < 0) fail(prefix_, " offload: cannot create a scratch file in '", dir_, "': ", errno_text(errno));
     ::unlink(path.c_str());
+  }
+  // Linux sets O_DIRECT on an open file; a filesystem without it refuses with EINVAL.
+  if (direct) {
+    const int flags = ::fcntl(fd_, F_GETFL);
+    direct_ = flags >= 0 && ::fcntl(fd_, F_SETFL, flags | O_DIRECT) == 0;
   }
   for (int i = 0; i < io_threads; ++i) threads_.emplace_back([this] { worker(); });
 }
@@ -81,21 +103,49 @@ std::shared_future<void> NvmeStore::read_async(int64_t offset, void* dst, int64_
   return transfer(false, offset, dst, bytes);
 }
 
-// pwrite or pread until every byte moved (they may move fewer, or be interrupted).
 std::shared_future<void> NvmeStore::transfer(bool write, int64_t offset, void* buf, int64_t bytes) {
   return queue([this, write, offset, buf, bytes] {
-    char* p = static_cast<char*>(buf);
-    for (int64_t done = 0; done < bytes;) {
-      const size_t n = static_cast<size_t>(bytes - done);
-      const ssize_t got = write ? ::pwrite(fd_, p + done, n, offset + done) : ::pread(fd_, p + done, n, offset + done);
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0)
-        fail(prefix_, " offload: ", write ? "writing " : "reading ", bytes, " bytes ", write ? "to" : "from",
-             " the scratch file in '", dir_, "' failed: ",
-             got < 0 ? errno_text(errno) : write ? "no progress" : "the file is shorter than what was written to it");
-      done += got;
-    }
+    if (direct_) move_direct(write, offset, static_cast<char*>(buf), bytes);
+    else move(write, offset, static_cast<char*>(buf), bytes);
   });
+}
+
+// pwrite or pread until every byte moved (they may move fewer, or be interrupted).
+void NvmeStore::move(bool write, int64_t offset, char* p, int64_t bytes) {
+  for (int64_t done = 0; done < bytes;) {
+    const size_t n = static_cast<size_t>(bytes - done);
+    const ssize_t got = write ? ::pwrite(fd_, p + done, n, offset + done) : ::pread(fd_, p + done, n, offset + done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0)
+      fail(prefix_, " offload: ", write ? "writing " : "reading ", bytes, " bytes ", write ? "to" : "from",
+           " the scratch file in '", dir_, "' failed: ",
+           got < 0 ? errno_text(errno) : write ? "no progress" : "the file is shorter than what was written to it");
+    done += got;
+  }
+}
+
+// Under O_DIRECT: the whole blocks of an aligned buffer straight from memory; the rest (all of an
+// unaligned buffer, the last partial block) through the bounce buffer, in whole blocks. The region
+// was reserved in whole blocks, so the padding of its last block belongs to it.
+void NvmeStore::move_direct(bool write, int64_t offset, char* p, int64_t bytes) {
+  int64_t done = 0;
+  if (aligned(p)) {
+    done = bytes / kAlign * kAlign;
+    move(write, offset, p, done);
+  }
+  char* bounce = bounce_buffer();
+  while (done < bytes) {
+    const int64_t n = std::min(bytes - done, kBounce), padded = (n + kAlign - 1) / kAlign * kAlign;
+    if (write) {
+      std::memcpy(bounce, p + done, static_cast<size_t>(n));
+      std::memset(bounce + n, 0, static_cast<size_t>(padded - n));
+      move(true, offset + done, bounce, padded);
+    } else {
+      move(false, offset + done, bounce, padded);
+      std::memcpy(p + done, bounce, static_cast<size_t>(n));
+    }
+    done += n;
+  }
 }
 
 std::shared_future<void> NvmeStore::queue(std::function<void()> job) {

@@ -10,9 +10,13 @@
 //   constructor), with posix_fallocate: a directory without room for every state fails then,
 //   with a message naming it, never in the middle of a step.
 // - pread/pwrite on a small pool of threads: a unit's states move while the previous unit
-//   computes. Regions are 4 KiB aligned. The page cache is used (no O_DIRECT): it keeps the
-//   path the same on every filesystem (tmpfs refuses O_DIRECT), and a run whose states fit in
-//   the cache is not slowed by the disk.
+//   computes. Regions are 4 KiB aligned.
+// - Direct I/O (O_DIRECT) by default: the states go to the disk without a second copy in the page
+//   cache, which would hold as much host memory as was offloaded and make the disk's bandwidth
+//   invisible. O_DIRECT moves whole 4 KiB blocks between 4 KiB-aligned memory and the file: an
+//   aligned buffer moves as it is (large CPU allocations are page aligned), anything else (an
+//   unaligned start, the last partial block) through a bounce buffer per I/O thread. A filesystem
+//   that refuses O_DIRECT (tmpfs on older kernels) gets the page cache; direct() says which.
 //
 //   dist::NvmeStore store("/scratch/zerodl", comm.prefix());
 //   int64_t at = store.reserve(bytes, "exp_avg of unit h.0");
@@ -34,7 +38,8 @@ class NvmeStore {
  public:
   // Opens the scratch file in `dir` (which must exist and be writable); `prefix` ("[rank r/N]")
   // starts every error message.
-  NvmeStore(std::string dir, std::string prefix, int io_threads = 2);
+  // `direct`: ask for O_DIRECT (kept only where the filesystem accepts it).
+  NvmeStore(std::string dir, std::string prefix, bool direct = true, int io_threads = 2);
   ~NvmeStore();  // waits for the I/O in flight
   NvmeStore(const NvmeStore&) = delete;
   NvmeStore& operator=(const NvmeStore&) = delete;
@@ -47,17 +52,21 @@ class NvmeStore {
   std::shared_future<void> read_async(int64_t offset, void* dst, int64_t bytes);
 
   const std::string& dir() const { return dir_; }
+  bool direct() const { return direct_; }  // O_DIRECT in effect
   const std::string& prefix() const { return prefix_; }
   int64_t bytes_written() const { return written_; }
   int64_t bytes_read() const { return read_; }
 
  private:
   std::shared_future<void> transfer(bool write, int64_t offset, void* buf, int64_t bytes);
+  void move(bool write, int64_t offset, char* p, int64_t bytes);         // pread/pwrite all of it
+  void move_direct(bool write, int64_t offset, char* p, int64_t bytes);  // the same in whole blocks
   std::shared_future<void> queue(std::function<void()> job);
   void worker();
 
   std::string dir_, prefix_;
   int fd_ = -1;
+  bool direct_ = false;
   int64_t end_ = 0;
   int64_t written_ = 0, read_ = 0;  // bytes queued, counted on the caller's thread
   std::mutex mu_;

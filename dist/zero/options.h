@@ -43,6 +43,10 @@ struct OffloadOptions {
   OffloadTarget params = OffloadTarget::None;
   // A directory on a fast local disk for the scratch files (one per rank, removed at exit).
   std::string dir;
+  // Bypass the page cache (O_DIRECT) where the filesystem allows: the offloaded bytes then take no
+  // host memory as cache, and the step pays the disk's own bandwidth. false: through the page cache
+  // (faster where host memory can hold the states anyway).
+  bool direct_io = true;
   bool any_nvme() const { return optimizer == OffloadTarget::Nvme || params == OffloadTarget::Nvme; }
 };
 

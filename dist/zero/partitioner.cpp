@@ -104,7 +104,7 @@ ZeroPartitioner::ZeroPartitioner(std::shared_ptr<Communicator> comm, ZeroOptions
             " no_sync keeps a running sum of full gradients on each rank, which has no fixed summation tree; "
             "use it with ZeroOptions::reduction = GradReduction::Native");
   check_offload_options();
-  if (options_.offload.any_nvme()) nvme_ = std::make_unique<NvmeStore>(options_.offload.dir, comm_->prefix());
+  if (options_.offload.any_nvme()) nvme_ = std::make_unique<NvmeStore>(options_.offload.dir, comm_->prefix(), options_.offload.direct_io);
   if (!options_.is_unit) options_.is_unit = [](const nn::Module& m) { return m.type_name() == "Block"; };
   context_ = UnitContext{
       .comm = comm_.get(),

@@ -40,7 +40,10 @@ void print_run(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
                     dist::offload_target_name(s.offload.params), " | rank 0 keeps ", format_bytes(off.total_current),
                     " of model states in ", std::filesystem::absolute(nvme->dir()).string(), " (optimizer states ",
                     format_bytes(off.current_of(MemoryCategory::OptimizerState)), ", parameter shards ",
-                    format_bytes(off.current_of(MemoryCategory::ParameterShard)), ")"));
+                    format_bytes(off.current_of(MemoryCategory::ParameterShard)), "; ",
+                    nvme->direct()             ? "direct I/O"
+                    : s.offload.direct_io      ? "through the page cache: the filesystem refuses direct I/O"
+                                               : "through the page cache", ")"));
   }
   if (s.resumed) say(detail::str("resumed from ", a.resume, " at step ", first_step));
 }
@@ -66,6 +69,7 @@ void announce(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
                     {"offload_params", dist::offload_target_name(s.offload.params)},
                     {"offload_dir", s.offload.dir},
                     {"offloaded_bytes", memory_ledger().offloaded().total_current},
+                    {"offload_direct_io", x.zero.nvme_store() != nullptr && x.zero.nvme_store()->direct()},
                     {"device", x.dev.str()},
                     {"gpu", x.dev.is_cuda() ? gpu.name : ""},
                     {"peak_tflops", gpu.peak_bf16_tflops},

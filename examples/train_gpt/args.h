@@ -49,6 +49,7 @@ struct Args {
   std::string offload_optimizer = "none";  // none, cpu, nvme (docs/offload.md)
   std::string offload_params = "none";     // none, nvme
   std::string offload_dir;
+  std::string offload_io = "direct";       // direct (O_DIRECT where the filesystem allows), cached
   double collective_timeout = 0;
   std::string on_nan = "stop";
   std::string reduction = "exact";

@@ -87,9 +87,11 @@ void check_offload(const Args& a, const CLI::App& app, Setup& s, int world, Devi
   o.optimizer = dist::offload_target_from_name(a.offload_optimizer);
   o.params = dist::offload_target_from_name(a.offload_params);
   o.dir = a.offload_dir;
+  o.direct_io = a.offload_io == "direct";
   if (!o.any_nvme()) {
-    if (given(app, "--offload-dir"))
-      throw UsageError("--offload-dir applies to --offload-optimizer nvme or --offload-params nvme");
+    for (const char* flag : {"--offload-dir", "--offload-io"})
+      if (given(app, flag))
+        throw UsageError(std::string(flag) + " applies to --offload-optimizer nvme or --offload-params nvme");
     if (o.optimizer == dist::OffloadTarget::Cpu && dev.is_cuda())
       throw UsageError("--offload-optimizer cpu on a GPU is not supported yet; on CPU ranks it is the same as none");
     return;

@@ -1,9 +1,13 @@
 // Offload on one rank (docs/offload.md): bit-identical runs, what leaves memory, checkpoints into
 // and out of offload, and the clear errors of a bad offload directory. The same cases run at
 // N = 2, 4 in tests/dist/mpi/zero_mpi_test.cpp.
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 #include <sys/resource.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "offload_cases.h"
@@ -85,6 +89,57 @@ TEST(Offload, ADirectoryWithoutRoomFailsAtPlacement) {
   ::signal(SIGXFSZ, old_handler);
   EXPECT_NE(e.find("the offload directory '" + tmp.path() + "' has no room for"), std::string::npos) << e;
   EXPECT_NE(e.find("exp_avg"), std::string::npos) << e;
+}
+
+// The store moves any buffer exactly, aligned or not, of any size (a partial last block, more than
+// the 4 MiB bounce buffer), with and without O_DIRECT, without touching its neighbours; and
+// direct I/O is in effect wherever the directory's filesystem accepts it.
+TEST(Offload, TheStoreMovesAnyBufferWithAndWithoutDirectIo) {
+  zdl::testing::TempDir tmp;
+  const int probe = ::open(tmp.path().c_str(), O_TMPFILE | O_RDWR | O_DIRECT, 0600);
+  const bool fs_takes_direct = probe >= 0;
+  if (probe >= 0) ::close(probe);
+  const std::vector<int64_t> sizes = {1, 4095, 4096, 4097, (5 << 20) + 3, 64 << 10};
+  for (bool direct : {true, false}) {
+    NvmeStore store(tmp.path(), "[test]", direct);
+    EXPECT_EQ(store.direct(), direct && fs_takes_direct) << "direct requested: " << direct;
+    for (int64_t skew : {0, 1, 4096 + 8}) {  // where each buffer starts past a page boundary
+      std::vector<int64_t> at;
+      std::vector<std::vector<char>> src;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        at.push_back(store.reserve(sizes[i], "test region"));
+        std::vector<char> v(static_cast<size_t>(sizes[i]));
+        Philox g(5, i * 7 + static_cast<uint64_t>(skew));
+        for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<char>(g.block(k)[0]);
+        src.push_back(std::move(v));
+      }
+      // Written from, and read into, page-aligned memory shifted by `skew`.
+      std::vector<std::shared_future<void>> io;
+      std::vector<char*> bufs;
+      auto capacity = [&](size_t i) { return static_cast<size_t>(sizes[i] + skew + 2 * 4096) / 4096 * 4096; };
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        char* b = static_cast<char*>(std::aligned_alloc(4096, capacity(i)));
+        std::memcpy(b + skew, src[i].data(), src[i].size());
+        bufs.push_back(b);
+        io.push_back(store.write_async(at[i], b + skew, sizes[i]));
+      }
+      for (auto& f : io) f.get();
+      io.clear();
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        std::memset(bufs[i], 0x5a, capacity(i));
+        io.push_back(store.read_async(at[i], bufs[i] + skew, sizes[i]));
+      }
+      for (auto& f : io) f.get();
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        EXPECT_EQ(std::memcmp(bufs[i] + skew, src[i].data(), src[i].size()), 0)
+            << "direct " << direct << " size " << sizes[i] << " skew " << skew;
+        for (size_t k = 0; k < capacity(i); ++k)
+          if (k < static_cast<size_t>(skew) || k >= static_cast<size_t>(sizes[i] + skew))
+            ASSERT_EQ(bufs[i][k], 0x5a) << "a read of " << sizes[i] << " bytes wrote outside its buffer at " << k;
+        std::free(bufs[i]);
+      }
+    }
+  }
 }
 
 }  // namespace zdl::dist::testing

@@ -387,6 +387,8 @@ class TrainGptFaults(unittest.TestCase):
             (["--offload-optimizer", "nvme", "--offload-dir", a_file], "is not a directory"),
             (["--offload-params", "nvme", "--offload-dir", self.dir], ["--offload-params nvme", "--zero-stage 3"]),
             (["--offload-dir", self.dir], "--offload-dir applies to"),
+            (["--offload-io", "cached"], "--offload-io applies to"),
+            (["--offload-optimizer", "nvme", "--offload-dir", self.dir, "--offload-io", "mmap"], "--offload-io"),
             (["--offload-optimizer", "disk"], "--offload-optimizer"),
         ]:
             self.assert_usage_error(self.run_gpt(*base, *args, check=False), needles, " ".join(args))
