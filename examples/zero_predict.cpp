@@ -8,6 +8,7 @@
 //   zero_predict --model gpt2-xl --ranks 1,8,64,1024 --dtype bf16
 //   zero_predict --model gpt2 --memory-gib 16 --micro-batch 4       # + the largest n_layer that fits
 //   zero_predict --n-layer 2 --n-embd 35 --n-head 5 --vocab 256 --seq 32 --ranks 2 --out DIR
+//   zero_predict --model gpt2-xl --ranks 8,64 --dtype bf16 --tflops 400 --link-gbps 50  # + overlap
 //
 // --out writes predict_memory_n<N>.csv and predict_traffic_n<N>.csv in the columns of the
 // walkthrough's memory_n<N>.csv and traffic_n<N>.csv, so a prediction and a measurement of the
@@ -20,10 +21,16 @@
 // Not counted: the logits and the forward's temporaries (the walkthrough measures those), the
 // allocator's slack, the framework itself.
 //
+// With --tflops (the compute rate a rank reaches) and --link-gbps / --link-latency-us (its link),
+// also ZeRO-3's overlap per block: the forward and backward compute next to the all-gather and
+// reduce-scatter a ring takes, whether --prefetch 1 hides them, the time a step waits for what it
+// does not, and the micro-batch from which the forward hides the gather (dist/zero/overlap_model.h).
+//
 // Exit codes: 0 done, 2 bad flags.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -32,6 +39,7 @@
 #include <vector>
 
 #include "dist/zero/closed_forms.h"
+#include "dist/zero/overlap_model.h"
 
 using namespace zdl;
 using dist::ZeroStage;
@@ -49,6 +57,7 @@ struct Args {
   int64_t checkpoint_every = 0;  // train_gpt's --activation-checkpointing K: blocks 0, K, 2K, ...
   int prefetch = 1;
   double memory_gib = 0;
+  double tflops = 0, link_gbps = 0, link_latency_us = 5;  // the overlap model (0: not asked)
   std::string out;
 };
 
@@ -152,6 +161,36 @@ void write_csvs(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::Elemen
   }
 }
 
+std::string fixed4(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f", v);
+  return buf;
+}
+
+// ZeRO-3's overlap of one block's collectives with the compute next to them (dist/zero/overlap_model.h).
+void print_overlap(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBytes e) {
+  const int64_t block_bytes = dist::gpt_padded_units(cfg, N).blocks.at(0) * e.s, tokens = a.micro_batch * a.seq;
+  const dist::LinkModel link{.latency_s = a.link_latency_us * 1e-6, .bytes_per_s = a.link_gbps * 1e9};
+  const dist::BlockOverlap o = dist::block_overlap(block_bytes, tokens, a.seq, cfg.n_embd, N, a.tflops * 1e12, link);
+  auto ms = [](double s) { return s * 1e3; };
+  auto verdict = [&](double exposed) {
+    return exposed > 0 ? detail::str("exposed: waits ", fixed4(ms(exposed)), " ms") : std::string("hidden");
+  };
+  std::printf("  zero3 overlap, per block (%s, %lld tokens per rank; %.3g TFLOP/s, %.3g GB/s, %.3g us):\n",
+              gib(block_bytes).c_str(), static_cast<long long>(tokens), a.tflops, a.link_gbps, a.link_latency_us);
+  std::printf("    forward  %10.4f ms   all-gather                  %10.4f ms   %s\n",
+              ms(o.forward_s), ms(o.gather_s), verdict(o.forward_exposed_s).c_str());
+  std::printf("    backward %10.4f ms   all-gather + reduce-scatter %10.4f ms   %s\n",
+              ms(o.backward_s), ms(o.gather_s + o.reduce_scatter_s), verdict(o.backward_exposed_s).c_str());
+  // Each pass's first unit has nothing to hide its gather under.
+  const double exposed = static_cast<double>(cfg.n_layer) * (o.forward_exposed_s + o.backward_exposed_s) + 2 * o.gather_s;
+  const double compute = 3 * static_cast<double>(cfg.n_layer) * o.forward_s;
+  std::printf("    a micro-step waits %.4f ms for the link against %.4f ms of block compute; the forward hides "
+              "the gather from %.0f tokens per rank (micro-batch %lld)\n",
+              ms(exposed), ms(compute), o.tokens_to_hide_forward,
+              static_cast<long long>(std::max(1.0, std::ceil(o.tokens_to_hide_forward / static_cast<double>(a.seq)))));
+}
+
 void print_n(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBytes e) {
   const dist::PaddedUnits units = dist::gpt_padded_units(cfg, N);
   const int64_t psi = dist::gpt_padded_units(cfg, 1).total();
@@ -180,6 +219,7 @@ void print_n(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBy
     }
     std::printf("\n");
   }
+  if (a.tflops > 0) print_overlap(a, cfg, N, e);
   if (!a.out.empty()) write_csvs(a, cfg, N, e);
 }
 
@@ -208,6 +248,12 @@ int main(int argc, char** argv) {
   app.add_option("--prefetch", a.prefetch, "ZeRO-3 units gathered ahead")->check(CLI::Range(0, 64));
   app.add_option("--memory-gib", a.memory_gib, "also find the largest n_layer whose step peak fits this per rank")
       ->check(CLI::Range(0.0, 1e9));
+  app.add_option("--tflops", a.tflops, "the overlap model: TFLOP/s a rank computes at (with --link-gbps)")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--link-gbps", a.link_gbps, "the overlap model: each rank's link, GB/s one way")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--link-latency-us", a.link_latency_us, "the overlap model: latency per message, us (default 5)")
+      ->check(CLI::Range(0.0, 1e9));
   app.add_option("--out", a.out, "a directory for predict_memory_n<N>.csv and predict_traffic_n<N>.csv")
       ->check(CLI::ExistingDirectory);
   try {
@@ -217,6 +263,8 @@ int main(int argc, char** argv) {
         if (app.count(f) > 0) throw CLI::ValidationError(f, "--model sets it; give one or the other");
       apply_model(a);
     }
+    if ((a.tflops > 0) != (a.link_gbps > 0))
+      throw CLI::ValidationError("--tflops", "the overlap model needs both --tflops and --link-gbps (positive)");
     // Every byte count below is an int64: refuse a model whose counts would not fit one.
     if (!countable(a, a.n_layer))
       throw CLI::ValidationError("the model", "its byte counts exceed 2^62: give a smaller one");

@@ -38,8 +38,48 @@ def paper(stage, s, k, psi, N):
     return {cat: per * psi // (N if cat in shard else 1) for cat, per in (("param", s), ("grad", s), ("optim", k))}
 
 
+def check_overlap(exe):
+    """The overlap model on GPT-2 XL at N = 8 in bf16, 400 TFLOP/s, 50 GB/s, 5 us, worked out here:
+    a ring all-gather of one block (s (12 C^2 + 13 C) bytes) takes (N-1)(latency + bytes / (N bw));
+    a block's forward 24 C^2 + 4 T C flops a token, its backward twice that."""
+    import math
+    import re
+    N, s, tf, bw, lat = 8, 2, 400e12, 50e9, 5e-6
+    block_bytes = s * pad(BLOCK, N)
+    gather = (N - 1) * (lat + block_bytes / (N * bw))
+    per_token = 24 * C * C + 4 * T * C
+    hide_tokens = gather * tf / per_token
+    for mb in (1, 8):
+        fwd = per_token * mb * T / tf
+        res = subprocess.run([exe, "--model", "gpt2-xl", "--ranks", str(N), "--dtype", "bf16", "--tflops", "400",
+                              "--link-gbps", "50", "--micro-batch", str(mb)], capture_output=True, text=True, timeout=60)
+        expect(res.returncode == 0, f"overlap mb={mb}: exit {res.returncode}: {res.stderr}")
+        out = res.stdout
+        m = re.search(r"forward\s+([\d.]+) ms\s+all-gather\s+([\d.]+) ms\s+(\S+)", out)
+        b = re.search(r"backward\s+([\d.]+) ms\s+all-gather \+ reduce-scatter\s+([\d.]+) ms\s+(\S+)", out)
+        w = re.search(r"waits ([\d.]+) ms for the link.*hides the gather from (\d+) tokens per rank \(micro-batch (\d+)\)",
+                      out)
+        if not (m and b and w):
+            expect(False, f"overlap mb={mb}: lines not found in\n{out}")
+            continue
+        expect(abs(float(m[1]) - fwd * 1e3) < 1e-4 and abs(float(m[2]) - gather * 1e3) < 1e-4,
+               f"mb={mb}: forward {m[1]} / gather {m[2]} ms, by hand {fwd * 1e3:.4f} / {gather * 1e3:.4f}")
+        expect(abs(float(b[1]) - 2 * fwd * 1e3) < 1e-4 and abs(float(b[2]) - 2 * gather * 1e3) < 1e-4,
+               f"mb={mb}: backward {b[1]} / collectives {b[2]} ms")
+        hidden = fwd >= gather
+        expect((m[3] == "hidden") == hidden and (b[3] == "hidden") == (2 * fwd >= 2 * gather),
+               f"mb={mb}: verdicts {m[3]} / {b[3]}, by hand forward {'hidden' if hidden else 'exposed'}")
+        waits = 2 * gather + 48 * (max(0, gather - fwd) + max(0, 2 * gather - 2 * fwd))
+        expect(abs(float(w[1]) - waits * 1e3) < 1e-3, f"mb={mb}: waits {w[1]} ms, by hand {waits * 1e3:.4f}")
+        expect(int(w[2]) == round(hide_tokens) and int(w[3]) == math.ceil(hide_tokens / T),
+               f"mb={mb}: hides from {w[2]} tokens (micro-batch {w[3]}), by hand {hide_tokens:.0f}")
+    res = subprocess.run([exe, "--model", "gpt2", "--tflops", "100"], capture_output=True, text=True, timeout=60)
+    expect(res.returncode == 2 and "--link-gbps" in res.stderr + res.stdout, "--tflops without --link-gbps accepted")
+
+
 def main():
     exe = sys.argv[1]
+    check_overlap(exe)
     expect(PSI == 1_557_611_200, f"GPT-2 XL has {PSI} parameters by this count")
     with tempfile.TemporaryDirectory() as out:
         for dtype, s, k in (("f32", 4, 8), ("bf16", 2, 12)):
