@@ -9,6 +9,7 @@
 //   zero_predict --model gpt2 --memory-gib 16 --micro-batch 4       # + the largest n_layer that fits
 //   zero_predict --n-layer 2 --n-embd 35 --n-head 5 --vocab 256 --seq 32 --ranks 2 --out DIR
 //   zero_predict --model gpt2-xl --ranks 8,64 --dtype bf16 --tflops 400 --link-gbps 50  # + overlap
+//   zero_predict --model gpt2-xl --ranks 8 --offload-optimizer nvme --offload-params nvme  # + offload
 //
 // --out writes predict_memory_n<N>.csv and predict_traffic_n<N>.csv in the columns of the
 // walkthrough's memory_n<N>.csv and traffic_n<N>.csv, so a prediction and a measurement of the
@@ -25,6 +26,11 @@
 // also ZeRO-3's overlap per block: the forward and backward compute next to the all-gather and
 // reduce-scatter a ring takes, whether --prefetch 1 hides them, the time a step waits for what it
 // does not, and the micro-batch from which the forward hides the gather (dist/zero/overlap_model.h).
+//
+// With --offload-optimizer nvme / --offload-params nvme (train_gpt's flags, docs/offload.md):
+// per stage, what stays in memory after a step, what lives on the rank's disk, and the bytes a
+// step of --grad-accum micro-steps reads and writes there (dist::offloaded_bytes_closed_form,
+// dist::offload_traffic_closed_form).
 //
 // Exit codes: 0 done, 2 bad flags.
 #include <CLI/CLI.hpp>
@@ -58,6 +64,8 @@ struct Args {
   int prefetch = 1;
   double memory_gib = 0;
   double tflops = 0, link_gbps = 0, link_latency_us = 5;  // the overlap model (0: not asked)
+  std::string offload_optimizer = "none", offload_params = "none";
+  int64_t grad_accum = 1;  // micro-steps per step: the parameter-offload reads of the gathers
   std::string out;
 };
 
@@ -191,6 +199,26 @@ void print_overlap(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::Ele
               static_cast<long long>(std::max(1.0, std::ceil(o.tokens_to_hide_forward / static_cast<double>(a.seq)))));
 }
 
+// Where each stage's model states are with the offload asked for, and the disk traffic of a step.
+void print_offload(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBytes e) {
+  const dist::OffloadOptions o{.optimizer = dist::offload_target_from_name(a.offload_optimizer),
+                               .params = dist::offload_target_from_name(a.offload_params)};
+  if (!o.any_nvme()) return;
+  const int64_t P = dist::gpt_padded_units(cfg, N).total();
+  std::printf("  offload (optimizer %s, params %s), model states after a step, and the disk per step of %lld "
+              "micro-step(s):\n",
+              a.offload_optimizer.c_str(), a.offload_params.c_str(), static_cast<long long>(a.grad_accum));
+  for (ZeroStage st : kStages) {
+    if (o.params == dist::OffloadTarget::Nvme && st != ZeroStage::Three) continue;  // ZeRO-3's shards only
+    int64_t states = 0, on_disk = 0;
+    for (const auto& [cat, bytes] : dist::state_bytes_closed_form(st, P, N, e)) states += bytes;
+    for (const auto& [cat, bytes] : dist::offloaded_bytes_closed_form(st, o, P, N, e)) on_disk += bytes;
+    const dist::OffloadTraffic t = dist::offload_traffic_closed_form(st, o, P, N, e, a.grad_accum);
+    std::printf("  %-7s in memory %12s   on disk %12s   reads %12s   writes %12s\n", dist::stage_name(st),
+                gib(states - on_disk).c_str(), gib(on_disk).c_str(), gib(t.read).c_str(), gib(t.written).c_str());
+  }
+}
+
 void print_n(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBytes e) {
   const dist::PaddedUnits units = dist::gpt_padded_units(cfg, N);
   const int64_t psi = dist::gpt_padded_units(cfg, 1).total();
@@ -220,6 +248,7 @@ void print_n(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBy
     std::printf("\n");
   }
   if (a.tflops > 0) print_overlap(a, cfg, N, e);
+  print_offload(a, cfg, N, e);
   if (!a.out.empty()) write_csvs(a, cfg, N, e);
 }
 
@@ -254,6 +283,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--link-latency-us", a.link_latency_us, "the overlap model: latency per message, us (default 5)")
       ->check(CLI::Range(0.0, 1e9));
+  app.add_option("--offload-optimizer", a.offload_optimizer, "Adam's states (and bf16's masters): none or nvme")
+      ->check(CLI::IsMember({"none", "nvme"}));
+  app.add_option("--offload-params", a.offload_params, "ZeRO-3's parameter shards: none or nvme (ZeRO-3 rows only)")
+      ->check(CLI::IsMember({"none", "nvme"}));
+  app.add_option("--grad-accum", a.grad_accum, "micro-steps per step (the offloaded shards' reads per gather)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--out", a.out, "a directory for predict_memory_n<N>.csv and predict_traffic_n<N>.csv")
       ->check(CLI::ExistingDirectory);
   try {

@@ -77,9 +77,34 @@ def check_overlap(exe):
     expect(res.returncode == 2 and "--link-gbps" in res.stderr + res.stdout, "--tflops without --link-gbps accepted")
 
 
+def gib(b):
+    """zero_predict's byte format: GiB, or MiB below one GiB, two decimals."""
+    return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.2f} MiB"
+
+
+def check_offload(exe):
+    """Offload on GPT-2 XL, bf16, N = 64, 2 micro-steps a step, by hand: optimizer offload moves
+    K P/N to the disk and reads and writes it once a step; parameter offload (ZeRO-3) moves the
+    s P/N shard, read by each gather (forward and backward of each micro-step) and written once
+    (bf16 casts it from the master: no read). What stays in memory is the gradient shard."""
+    import re
+    N, s, k, A = 64, 2, 12, 2
+    P = L * pad(BLOCK, N) + pad(ROOT, N)
+    res = subprocess.run([exe, "--model", "gpt2-xl", "--ranks", str(N), "--dtype", "bf16", "--offload-optimizer", "nvme",
+                          "--offload-params", "nvme", "--grad-accum", str(A)], capture_output=True, text=True, timeout=60)
+    expect(res.returncode == 0, f"offload: exit {res.returncode}: {res.stderr}")
+    rows = re.findall(r"^\s+(\w+)\s+in memory\s+(.+?)\s+on disk\s+(.+?)\s+reads\s+(.+?)\s+writes\s+(.+?)\s*$",
+                      res.stdout, re.M)
+    expect([r[0] for r in rows] == ["zero3"], f"offload rows {rows}: parameter offload applies to ZeRO-3 only")
+    want = (gib(s * P // N), gib((k + s) * P // N), gib(k * P // N + 2 * A * s * P // N), gib((k + s) * P // N))
+    for r in rows:
+        expect(tuple(r[1:]) == want, f"ZeRO-3 offload {r[1:]}, by hand {want}")
+
+
 def main():
     exe = sys.argv[1]
     check_overlap(exe)
+    check_offload(exe)
     expect(PSI == 1_557_611_200, f"GPT-2 XL has {PSI} parameters by this count")
     with tempfile.TemporaryDirectory() as out:
         for dtype, s, k in (("f32", 4, 8), ("bf16", 2, 12)):
