@@ -161,7 +161,8 @@ def plot_memory_step(out, plt):
     n, rows = pick_trace(out)
     if rows is None:
         return None
-    z3, ddp = trace_of(rows, "zero3"), trace_of(rows, "ddp")
+    # A gather's finish is reported after it happened (its memory is the report's): not a sample.
+    z3, ddp = ([r for r in trace_of(rows, st) if r["event"] != "gather_finished"] for st in ("zero3", "ddp"))
     fig, axes = plt.subplots(3, 1, figsize=(11, 8.5), sharex=True)
     series = [("param", "parameters (full + shard)"), ("grad", "gradients (full + shard)"),
               ("total", "total, incl. activations\n(sampled at events)")]
@@ -198,6 +199,15 @@ def plot_memory_step(out, plt):
         axes[0].text((ph["loss_computed"] + ph.get("backward_done", ph["loss_computed"])) / 2, y,
                      "ZeRO-3 backward", ha="center", va="bottom", fontsize=8)
         axes[0].text(ph.get("backward_done", 0), y, " clip +\n Adam", ha="left", va="bottom", fontsize=7)
+    # DDP's own phases (its step is timed separately): marks on the DDP line of every panel.
+    ph_ddp = phases(ddp)
+    for key, text in (("loss_computed", "DDP backward ->"), ("backward_done", "DDP clip + Adam")):
+        if key not in ph_ddp:
+            continue
+        for ax in axes:
+            ax.axvline(ph_ddp[key], color=STAGE_COLORS["ddp"], linestyle="--", linewidth=0.9, alpha=0.8)
+        axes[-1].text(ph_ddp[key], axes[-1].get_ylim()[1] * 0.97, " " + text, ha="left", va="top", fontsize=7.5,
+                      color=STAGE_COLORS["ddp"])
     axes[0].legend(loc="center right", fontsize=8, framealpha=0.9)
     axes[-1].set_xlabel("time within the step (ms), rank 0; points = unit events (memory sampled there)")
     dtype = z3[0]["dtype"] if z3 else "?"
@@ -211,28 +221,37 @@ def plot_memory_step(out, plt):
 
 
 def spans(tr):
-    """Per unit: lists of (start, end) for forward, backward, gather in flight, blocked, reduce."""
+    """Per unit: lists of (start, end) for forward, backward, gather (issue -> bytes arrived),
+    blocked (pre-hook -> its gather waited for), sync (the part of a blocked span spent waiting for
+    the other ranks to reach a collective), reduce."""
     units = {}
     open_ = {}
     entered = {}
+    syncs = []  # every rendezvous of the step, whichever unit's collective it guards
     for r in tr:
         u, e, t = r["unit"], r["event"], float(r["t_ms"])
         if not u:
             continue
-        d = units.setdefault(u, {k: [] for k in ("forward", "backward", "gather", "blocked", "reduce")})
+        d = units.setdefault(u, {k: [] for k in ("forward", "backward", "gather", "blocked", "sync", "reduce")})
         if e.endswith("_hook"):
             entered[u] = t
-        elif e in ("forward_begin", "backward_begin", "reduce_begin", "gather_issue"):
+        elif e in ("forward_begin", "backward_begin", "reduce_begin", "gather_issue", "sync_begin"):
             open_[(u, e.split("_")[0])] = t
         elif e in ("forward_end", "backward_end", "reduce_end"):
             k = e.split("_")[0]
             if (u, k) in open_:
                 d[k].append((open_.pop((u, k)), t))
+        elif e == "sync_end" and (u, "sync") in open_:
+            syncs.append((open_.pop((u, "sync")), t))
+        elif e == "gather_finished" and (u, "gather") in open_:
+            d["gather"].append((open_.pop((u, "gather")), t))
         elif e == "gather_done":
-            if (u, "gather") in open_:
+            if (u, "gather") in open_:  # a backend that cannot time the bytes: until the wait returned
                 d["gather"].append((open_.pop((u, "gather")), t))
             if u in entered:
-                d["blocked"].append((entered.pop(u), t))
+                a = entered.pop(u)
+                d["blocked"].append((a, t))
+                d["sync"] += [(max(a, s0), min(t, s1)) for s0, s1 in syncs if s0 < t and s1 > a]
     return units
 
 
@@ -246,9 +265,11 @@ def plot_timeline(out, plt):
                              squeeze=False)
     axes = axes[:, 0]
     colors = {"forward": "#4c72b0", "backward": "#55a868", "gather": "#f2c48d", "blocked": "#d62728",
-              "reduce": "#8172b3"}
+              "sync": "#7f7f7f", "reduce": "#8172b3"}
     labels = {"forward": "forward compute", "backward": "backward compute",
-              "gather": "all-gather in flight (issue -> wait returns)", "blocked": "compute blocked (on the other ranks, then on the all-gather)",
+              "gather": "all-gather in flight (issue -> its bytes arrived)",
+              "blocked": "compute blocked: waiting for the all-gather's bytes",
+              "sync": "compute blocked: waiting for the other ranks to reach the collective",
               "reduce": "reduce-scatter in flight (issue -> finished)"}
     for ax, pf in zip(axes, prefetches):
         tr = trace_of(rows, "zero3", pf)
@@ -266,8 +287,9 @@ def plot_timeline(out, plt):
             for k in ("gather", "reduce"):
                 bars = [(a, b - a) for a, b in sp[u][k]]
                 ax.broken_barh(bars, (y - 0.45, 0.4), facecolors=colors[k], edgecolor="white", linewidth=0.3)
-            bars = [(a, b - a) for a, b in sp[u]["blocked"]]
-            ax.broken_barh(bars, (y - 0.32, 0.14), facecolors=colors["blocked"])
+            for k in ("blocked", "sync"):  # the rendezvous drawn over the blocked span it is part of
+                bars = [(a, b - a) for a, b in sp[u][k]]
+                ax.broken_barh(bars, (y - 0.32, 0.14), facecolors=colors[k])
             yt += [y + 0.25, y - 0.25]
             yl += [f"{u} compute" + (" (encloses blocks)" if root else ""), f"{u} comm"]
         ph = phases(tr)
@@ -279,10 +301,12 @@ def plot_timeline(out, plt):
         if "backward_done" in ph:
             ax.text(ph["backward_done"], len(order) - 0.45, " clip + Adam", fontsize=8, va="top")
         blocked = sum(b - a for u in sp for a, b in sp[u]["blocked"])
+        ranks = sum(b - a for u in sp for a, b in sp[u]["sync"])
         total = float(tr[-1]["t_ms"]) if tr else 0
         ax.set_title(f"ZeRO-3, prefetch {pf}" + (" (all-gather the next unit while this one computes)" if pf else
                                                   " (gather each unit only when it is needed)") +
-                     f": step {total:.1f} ms, {blocked:.1f} ms blocked on all-gathers", fontsize=10)
+                     f": step {total:.1f} ms, {blocked:.1f} ms blocked on all-gathers ({ranks:.1f} of them "
+                     f"waiting for the other ranks)", fontsize=10)
         ax.set_yticks(yt)
         ax.set_yticklabels(yl, fontsize=7.5)
         ax.grid(axis="x", alpha=0.3)

@@ -43,10 +43,17 @@ bool AsyncWork::done() {
   return finished_;
 }
 
+std::optional<std::chrono::steady_clock::time_point> AsyncWork::finished_at() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!finished_) return std::nullopt;
+  return finished_at_;
+}
+
 void AsyncWork::complete() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     finished_ = true;
+    finished_at_ = std::chrono::steady_clock::now();
   }
   cv_.notify_all();
 }
@@ -55,6 +62,7 @@ void AsyncWork::fail(const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     finished_ = true;
+    finished_at_ = std::chrono::steady_clock::now();
     error_ = message.empty() ? "unknown error" : message;
   }
   cv_.notify_all();

@@ -34,6 +34,7 @@ class AsyncWork final : public Work {
 
   void wait() override;
   bool done() override;
+  std::optional<std::chrono::steady_clock::time_point> finished_at() override;
 
   // Communication thread: the collective finished, or failed with `message`.
   void complete();
@@ -56,6 +57,7 @@ class AsyncWork final : public Work {
   std::mutex mu_;
   std::condition_variable cv_;
   bool finished_ = false;
+  std::chrono::steady_clock::time_point finished_at_;
   std::string error_;  // empty: success
   std::function<void()> finisher_;
   std::vector<Tensor> tensors_;
@@ -67,6 +69,10 @@ class CompletedWork final : public Work {
  public:
   void wait() override {}
   bool done() override { return true; }
+  std::optional<std::chrono::steady_clock::time_point> finished_at() override { return made_; }
+
+ private:
+  const std::chrono::steady_clock::time_point made_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace zdl::dist

@@ -40,6 +40,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,9 @@ class Work {
   virtual void wait() = 0;
   // Non-blocking check.
   virtual bool done() = 0;
+  // When the collective itself finished (its bytes arrived), which may be long before wait() is
+  // called; nullopt while running, or where the backend cannot tell (NCCL: on the GPU's stream).
+  virtual std::optional<std::chrono::steady_clock::time_point> finished_at() { return std::nullopt; }
 };
 
 class Communicator {

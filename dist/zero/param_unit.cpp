@@ -264,18 +264,19 @@ void ParamUnit::unshard(CommPhase phase) {
     shard_off_->wait();
   }
   full_->materialize(MemoryCategory::Parameter);
+  ctx_.trace(TraceKind::GatherIssue, *this, std::nullopt);  // before: the gather may finish at once
   pending_gather_ = ctx_.comm->all_gather_async(param_shard_, full_flat_);
   param_state_ = ParamState::Unsharding;
-  ctx_.trace(TraceKind::GatherIssue, *this);
 }
 
 void ParamUnit::wait_unshard() {
   if (param_state_ != ParamState::Unsharding) return;
   pending_gather_->wait();  // a watchdog error leaves the unit Unsharding: its bytes may still arrive
+  if (const auto at = pending_gather_->finished_at()) ctx_.trace(TraceKind::GatherFinished, *this, at);
   pending_gather_.reset();
   if (shard_off_) shard_off_->evict();  // read by the gather only; unchanged, so just freed
   param_state_ = ParamState::Unsharded;
-  ctx_.trace(TraceKind::GatherDone, *this);
+  ctx_.trace(TraceKind::GatherDone, *this, std::nullopt);
 }
 
 void ParamUnit::reshard() {
@@ -351,7 +352,7 @@ void ParamUnit::settle_offload() { settle({shard_off_.get(), master_off_.get()})
 void ParamUnit::start_reduce(bool last) {
   ZDL_CHECK(!pending_reduce_, ctx_.comm->prefix(), " unit ", name_, ": a reduction was started twice");
   ctx_.before_collective(CommPhase::GradReduce, *this);
-  ctx_.trace(TraceKind::ReduceBegin, *this);
+  ctx_.trace(TraceKind::ReduceBegin, *this, std::nullopt);
   CommPhaseScope ps(CommPhase::GradReduce);
   auto p = std::make_unique<PendingReduce>();
   p->last = last;
@@ -393,7 +394,7 @@ void ParamUnit::finish_reduce() {
       grad_full_->release();
     }
   }
-  ctx_.trace(TraceKind::ReduceEnd, *this);
+  ctx_.trace(TraceKind::ReduceEnd, *this, std::nullopt);
 }
 
 // Stages 2-3 add into the shard (zero after zero_grad); stage 1's shard is its own block of

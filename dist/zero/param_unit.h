@@ -85,8 +85,9 @@ struct UnitContext {
   NvmeStore* nvme = nullptr;
   // Called before every collective a unit issues, with its phase (the divergence check).
   std::function<void(CommPhase, const ParamUnit&)> before_collective;
-  // Called at the unit's gather and reduction events (the step's trace).
-  std::function<void(TraceKind, const ParamUnit&)> trace;
+  // Called at the unit's gather and reduction events (the step's trace), at the moment they
+  // happen, or at `at` for one reported later (GatherFinished).
+  std::function<void(TraceKind, const ParamUnit&, std::optional<std::chrono::steady_clock::time_point> at)> trace;
 };
 
 // What the optimizer updates of one unit, and what a checkpoint reads and writes: the master

@@ -115,7 +115,9 @@ ZeroPartitioner::ZeroPartitioner(std::shared_ptr<Communicator> comm, ZeroOptions
       .no_sync = options_.no_sync,
       .nvme = nvme_.get(),
       .before_collective = [this](CommPhase phase, const ParamUnit& u) { agree(static_cast<int>(phase), &u); },
-      .trace = [this](TraceKind kind, const ParamUnit& u) { emit(kind, &u); },
+      .trace = [this](TraceKind kind, const ParamUnit& u, std::optional<std::chrono::steady_clock::time_point> at) {
+        emit(kind, &u, at);
+      },
   };
 }
 
@@ -282,10 +284,11 @@ int ZeroPartitioner::position(const ParamUnit& u) const {
   return -1;  // the root
 }
 
-void ZeroPartitioner::emit(TraceKind kind, const ParamUnit* u) {
+void ZeroPartitioner::emit(TraceKind kind, const ParamUnit* u, std::optional<std::chrono::steady_clock::time_point> at) {
   if (!trace_) return;
-  double t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
-  trace_(TraceEvent{kind, u ? u->name() : "", t, memory_ledger().stats(options_.device).total_current});
+  const auto when = at.value_or(std::chrono::steady_clock::now());
+  const double t = std::chrono::duration<double, std::micro>(when - t0_).count();
+  trace_(TraceEvent{kind, u ? u->name() : "", t, when, memory_ledger().stats(options_.device).total_current});
 }
 
 // Issues the all-gathers of the next `prefetch` blocks in `direction` (no-ops for units that
@@ -503,7 +506,9 @@ void ZeroPartitioner::throw_deferred_error() {
 void ZeroPartitioner::agree(int event, const ParamUnit* u) {
   if (!options_.check_divergence || comm_->size() == 1) return;
   int64_t tag = (step_ << 24) | (static_cast<int64_t>(event) << 16) | (u ? u->index() + 1 : 0);
+  if (u) emit(TraceKind::SyncBegin, u);
   std::vector<int64_t> tags = comm_->all_gather_i64(tag);
+  if (u) emit(TraceKind::SyncEnd, u);
   if (std::all_of(tags.begin(), tags.end(), [&](int64_t t) { return t == tags[0]; })) return;
   std::string where;
   for (size_t r = 0; r < tags.size(); ++r) where += detail::str(r ? "; " : "", "rank ", r, " is at ", describe(tags[r]));

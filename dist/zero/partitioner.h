@@ -165,7 +165,7 @@ class ZeroPartitioner {
   // A write found in a read-only GatheredParameters after its scope ended: thrown here, at the
   // next call that trains.
   void throw_deferred_error();
-  void emit(TraceKind kind, const ParamUnit* u);
+  void emit(TraceKind kind, const ParamUnit* u, std::optional<std::chrono::steady_clock::time_point> at = std::nullopt);
 
   // Divergence check: every rank must be at the same (event, unit) here.
   void agree(int event, const ParamUnit* u);

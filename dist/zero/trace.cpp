@@ -10,6 +10,9 @@ const char* trace_kind_name(TraceKind k) {
     case TraceKind::BackwardEnd: return "backward_end";
     case TraceKind::GatherIssue: return "gather_issue";
     case TraceKind::GatherDone: return "gather_done";
+    case TraceKind::GatherFinished: return "gather_finished";
+    case TraceKind::SyncBegin: return "sync_begin";
+    case TraceKind::SyncEnd: return "sync_end";
     case TraceKind::ReduceBegin: return "reduce_begin";
     case TraceKind::ReduceEnd: return "reduce_end";
     case TraceKind::StepBegin: return "step_begin";

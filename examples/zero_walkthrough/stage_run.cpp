@@ -95,10 +95,14 @@ void Walkthrough::train_step(StageRun& r, dist::ZeroPartitioner& zero, dist::Tra
   const CatBytes base = by_cat(before.current);
   const bool traced = step + 1 == a_.steps;
   std::chrono::steady_clock::time_point t0;
-  auto sample = [&](const std::string& event, const std::string& unit) {
+  // At `at` (the manager's time of the event; a gather's finish is reported after it happened).
+  auto sample_at = [&](const std::string& event, const std::string& unit, std::chrono::steady_clock::time_point at) {
     MemoryStats s = memory_ledger().stats(cpu);
-    r.trace.push_back({std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), event,
-                       unit, minus(by_cat(s.current), base), s.total_current - before.total_current});
+    r.trace.push_back({std::chrono::duration<double, std::milli>(at - t0).count(), event, unit,
+                       minus(by_cat(s.current), base), s.total_current - before.total_current});
+  };
+  auto sample = [&](const std::string& event, const std::string& unit) {
+    sample_at(event, unit, std::chrono::steady_clock::now());
   };
   memory_ledger().reset_peaks(cpu);
   dist::comm_ledger().reset();
@@ -106,7 +110,7 @@ void Walkthrough::train_step(StageRun& r, dist::ZeroPartitioner& zero, dist::Tra
   if (traced) {
     zero.set_trace([&](const dist::TraceEvent& ev) {
       if (ev.kind == dist::TraceKind::StepBegin) sample("backward_done", "");  // (and the norm)
-      sample(dist::trace_kind_name(ev.kind), ev.unit);
+      sample_at(dist::trace_kind_name(ev.kind), ev.unit, ev.at);
     });
     mark = sample;
     sample("iteration_begin", "");

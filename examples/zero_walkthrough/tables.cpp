@@ -121,13 +121,22 @@ void print_traffic_rows(Report& rep, const StageRun& r, int64_t P, int64_t units
 }
 
 // ZeRO-3's time blocked on all-gathers in the traced step: from a unit's pre-hook (our marker,
-// which runs just before the manager's) to the end of the wait for that unit's parameters.
-double blocked_ms(const StageRun& r) {
-  double b = 0, entered = -1;
+// which runs just before the manager's) to the end of the wait for that unit's parameters; of
+// it, the divergence checks' rendezvous (sync_begin -> sync_end: waiting for the other ranks to
+// reach the collective) and the rest (waiting for the bytes).
+struct Blocked {
+  double total = 0, ranks = 0;
+  double data() const { return total - ranks; }
+};
+Blocked blocked_ms(const StageRun& r) {
+  Blocked b;
+  double entered = -1, sync = -1, ranks = 0;
   for (const Sample& x : r.trace) {
-    if (x.event == "forward_hook" || x.event == "backward_hook") entered = x.t_ms;
-    if (x.event == "gather_done" && entered >= 0) b += x.t_ms - entered;
-    if (x.event == "forward_begin" || x.event == "backward_begin") entered = -1;
+    if (x.event == "forward_hook" || x.event == "backward_hook") entered = x.t_ms, ranks = 0;
+    if (x.event == "sync_begin") sync = x.t_ms;
+    if (x.event == "sync_end" && sync >= 0) ranks += x.t_ms - sync, sync = -1;
+    if (x.event == "gather_done" && entered >= 0) b.total += x.t_ms - entered, b.ranks += ranks, ranks = 0;
+    if (x.event == "forward_begin" || x.event == "backward_begin") entered = -1, ranks = 0;
   }
   return b;
 }
@@ -216,8 +225,12 @@ void print_step_table(Report& rep, const Args& a, std::span<const StageRun> runs
       std::printf("    %-20s %8.1f ms  %6.2fx DDP  %8.0f tokens/s  losses", name.c_str(), m, m / ddp_ms,
                   static_cast<double>(a.batch * a.seq) / (m / 1000.0));
       for (double l : r.losses) std::printf(" %.6f", l);
-      if (r.stage == ZeroStage::Three)
-        std::printf("   (blocked on all-gathers %.1f ms of the traced step's %.1f ms)", blocked_ms(r), r.step_ms.back());
+      if (r.stage == ZeroStage::Three) {
+        const Blocked b = blocked_ms(r);
+        std::printf("   (blocked on all-gathers %.1f ms of the traced step's %.1f ms: %.1f waiting for the other "
+                    "ranks, %.1f for the bytes)",
+                    b.total, r.step_ms.back(), b.ranks, b.data());
+      }
       std::printf("\n");
     }
     for (size_t s = 0; s < r.losses.size(); ++s)

@@ -228,6 +228,62 @@ inline void expect_zero3_shards_match_full_init(Communicator& comm) {
   EXPECT_EQ(model->h[1]->mlp->c_fc->weight.to_vector(), full->h[1]->mlp->c_fc->weight.to_vector());
 }
 
+// A traced ZeRO-3 step's timing events are consistent: events arrive in time order, except
+// GatherFinished, which is reported when its gather is waited for and timed when the bytes
+// arrived: after its GatherIssue, at or before the GatherDone reported right after it. Each unit's
+// SyncBegin/SyncEnd (the wait for the other ranks, N > 1 only) pair up and come just before the
+// collective they guard. Returns the number of gathers with a finish time.
+inline int expect_gather_timing_consistent(const Communicator& comm, const std::vector<TraceEvent>& events) {
+  std::map<std::string, double> issued, synced;
+  int finished = 0, syncs = 0;
+  double last = 0;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const TraceEvent& e = events[i];
+    const std::string what = detail::str(comm.prefix(), " event ", i, " ", trace_kind_name(e.kind), " ", e.unit);
+    if (e.kind == TraceKind::GatherFinished) {
+      ++finished;
+      EXPECT_TRUE(issued.count(e.unit)) << what << ": no GatherIssue before it";
+      if (issued.count(e.unit)) EXPECT_GE(e.t_us, issued[e.unit]) << what;
+      const bool done_next =
+          i + 1 < events.size() && events[i + 1].kind == TraceKind::GatherDone && events[i + 1].unit == e.unit;
+      EXPECT_TRUE(done_next) << what << ": not followed by its GatherDone";
+      if (done_next) EXPECT_LE(e.t_us, events[i + 1].t_us) << what << ": finished after it was waited for";
+      continue;
+    }
+    EXPECT_GE(e.t_us, last) << what << ": out of time order";
+    last = e.t_us;
+    if (e.kind == TraceKind::GatherIssue) issued[e.unit] = e.t_us;
+    if (e.kind == TraceKind::SyncBegin) {
+      EXPECT_FALSE(synced.count(e.unit)) << what << ": a second SyncBegin before its SyncEnd";
+      synced[e.unit] = e.t_us;
+    }
+    if (e.kind == TraceKind::SyncEnd) {
+      ++syncs;
+      EXPECT_EQ(synced.erase(e.unit), 1u) << what << ": no SyncBegin";
+      const bool next_is_its_collective =
+          i + 1 < events.size() && events[i + 1].unit == e.unit &&
+          (events[i + 1].kind == TraceKind::GatherIssue || events[i + 1].kind == TraceKind::ReduceBegin);
+      EXPECT_TRUE(next_is_its_collective) << what << ": not followed by the collective it guards";
+    }
+  }
+  EXPECT_TRUE(synced.empty()) << comm.prefix() << " a SyncBegin without its SyncEnd";
+  EXPECT_EQ(syncs > 0, comm.size() > 1) << comm.prefix() << " " << syncs << " syncs at N = " << comm.size();
+  return finished;
+}
+
+// One traced ZeRO-3 step (prefetch 1) through the harness: every gather reports when its bytes
+// arrived, and the timing events are consistent.
+inline void expect_traced_gathers_timed(Communicator& comm) {
+  std::vector<TraceEvent> events;
+  Probe probe;
+  probe.after_wrap = [&](ZeroPartitioner& z) { z.set_trace([&](const TraceEvent& e) { events.push_back(e); }); };
+  run_zero(comm, {.stage = ZeroStage::Three, .steps = 1}, probe);
+  int gathers = 0;
+  for (const TraceEvent& e : events) gathers += e.kind == TraceKind::GatherIssue;
+  EXPECT_GT(gathers, 0);
+  EXPECT_EQ(expect_gather_timing_consistent(comm, events), gathers) << comm.prefix() << " gathers without a finish time";
+}
+
 }  // namespace zdl::dist::testing
 
 namespace zdl::dist::testing {

@@ -87,9 +87,11 @@ TEST(ZeroLocal, TraceShowsTheUnitLifecycleInOrder) {
     // ZeRO-3 gathers every unit twice (forward, backward); DDP never.
     EXPECT_EQ(order(TraceKind::GatherIssue).size(), stage == ZeroStage::Three ? 8u : 0u) << stage_name(stage);
     EXPECT_EQ(order(TraceKind::StepEnd).size(), 1u);
-    for (size_t i = 1; i < events.size(); ++i) EXPECT_GE(events[i].t_us, events[i - 1].t_us);
+    expect_gather_timing_consistent(local(), events);
   }
 }
+
+TEST(ZeroLocal, EveryGatherReportsWhenItsBytesArrived) { expect_traced_gathers_timed(local()); }
 
 // [Note: overlapped gradient reduction] in dist/zero/partitioner.cpp: each unit's reduction is issued when
 // its gradients are complete and finished when the next unit's is issued, so it spans the

@@ -258,6 +258,9 @@ TEST(ZeroMpi, Zero3TrainsUnderACapWhereDdpRunsOutOfMemory) {
 
 namespace zdl::dist::testing {
 
+// The timeline's split of a blocked pre-hook: waiting for the other ranks, then for the bytes.
+TEST(ZeroMpi, EveryGatherReportsWhenItsBytesArrived) { expect_traced_gathers_timed(world()); }
+
 TEST(ZeroMpi, Bf16TracksF32) {
   for (ZeroStage s : kAllStages) expect_bf16_tracks_f32(world(), s);
 }
