@@ -221,10 +221,23 @@ bool cpu_has_bf16_dot_products() {
 #endif
 }
 
-// The default: ZDL_CPU_GEMM if set, else oneDNN where built.
+// Whether the CPU has AVX-512 (F): where oneDNN's sgemm beats Eigen's. On AVX2-only CPUs Eigen's
+// is faster (an AMD EPYC without AVX-512, one thread: Eigen 70-73 GFLOP/s at 256-2048, oneDNN
+// 38-74; docs/cpu_performance.md). Decided by the CPU, never by timing, so every rank of a job on
+// one machine type computes the same bits.
+bool cpu_has_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
+
+// The default: ZDL_CPU_GEMM if set, else oneDNN where built and the CPU has AVX-512, else Eigen.
 GemmBackend backend_from_environment() {
   const char* env = std::getenv("ZDL_CPU_GEMM");
-  if (env == nullptr || *env == '\0') return ZDL_WITH_ONEDNN ? GemmBackend::OneDnn : GemmBackend::Eigen;
+  if (env == nullptr || *env == '\0')
+    return ZDL_WITH_ONEDNN && cpu_has_avx512() ? GemmBackend::OneDnn : GemmBackend::Eigen;
   if (std::strcmp(env, "eigen") == 0) return GemmBackend::Eigen;
   ZDL_CHECK(std::strcmp(env, "onednn") == 0, "ZDL_CPU_GEMM must be eigen or onednn, got '", env, "'");
   return GemmBackend::OneDnn;
