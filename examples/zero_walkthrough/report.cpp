@@ -42,12 +42,26 @@ std::string mib(double bytes) {
   return b;
 }
 
-double median_step_ms(const StageRun& r) {
+namespace {
+// The step times after the first (which pays for first-touch allocations), sorted.
+std::vector<double> timed_steps(const StageRun& r) {
   std::vector<double> v(r.step_ms.begin() + (r.step_ms.size() > 1), r.step_ms.end());
-  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
+  return v;
+}
+}  // namespace
+
+double median_step_ms(const StageRun& r) {
+  const std::vector<double> v = timed_steps(r);
+  if (v.empty()) return 0;
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::pair<double, double> step_ms_range(const StageRun& r) {
+  const std::vector<double> v = timed_steps(r);
+  if (v.empty()) return {0, 0};
+  return {v.front(), v.back()};
 }
 
 }  // namespace zdl::walkthrough

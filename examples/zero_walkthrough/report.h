@@ -49,5 +49,6 @@ std::string commas(int64_t v);  // 1234567 -> "1,234,567"
 std::string mib(double bytes);  // "%.2f" MiB
 // The median of a run's steps after the first (of the only one if there is one).
 double median_step_ms(const StageRun& r);
+std::pair<double, double> step_ms_range(const StageRun& r);  // fastest and slowest of those steps
 
 }  // namespace zdl::walkthrough
