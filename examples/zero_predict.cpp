@@ -177,26 +177,42 @@ std::string fixed4(double v) {
 
 // ZeRO-3's overlap of one block's collectives with the compute next to them (dist/zero/overlap_model.h).
 void print_overlap(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBytes e) {
-  const int64_t block_bytes = dist::gpt_padded_units(cfg, N).blocks.at(0) * e.s, tokens = a.micro_batch * a.seq;
+  const dist::PaddedUnits units = dist::gpt_padded_units(cfg, N);
+  const int64_t block_bytes = units.blocks.at(0) * e.s, tokens = a.micro_batch * a.seq;
   const dist::LinkModel link{.latency_s = a.link_latency_us * 1e-6, .bytes_per_s = a.link_gbps * 1e9};
-  const dist::BlockOverlap o = dist::block_overlap(block_bytes, tokens, a.seq, cfg.n_embd, N, a.tflops * 1e12, link);
+  // Blocks 0, K, 2K, ... recompute their forward in the backward (train_gpt's --activation-checkpointing K).
+  const int64_t ckpt = a.checkpoint_every > 0 ? (cfg.n_layer + a.checkpoint_every - 1) / a.checkpoint_every : 0;
+  auto overlap = [&](bool recompute) {
+    return dist::block_overlap(block_bytes, tokens, a.seq, cfg.n_embd, N, a.tflops * 1e12, link, a.prefetch, recompute);
+  };
+  const dist::BlockOverlap o = overlap(ckpt > 0), plain = overlap(false);
   auto ms = [](double s) { return s * 1e3; };
   auto verdict = [&](double exposed) {
     return exposed > 0 ? detail::str("exposed: waits ", fixed4(ms(exposed)), " ms") : std::string("hidden");
   };
-  std::printf("  zero3 overlap, per block (%s, %lld tokens per rank; %.3g TFLOP/s, %.3g GB/s, %.3g us):\n",
-              gib(block_bytes).c_str(), static_cast<long long>(tokens), a.tflops, a.link_gbps, a.link_latency_us);
+  std::printf("  zero3 overlap, per block (%s, %lld tokens per rank; %.3g TFLOP/s, %.3g GB/s, %.3g us; prefetch %d%s):\n",
+              gib(block_bytes).c_str(), static_cast<long long>(tokens), a.tflops, a.link_gbps, a.link_latency_us,
+              a.prefetch, ckpt > 0 ? "; a checkpointed block, with its recompute" : "");
   std::printf("    forward  %10.4f ms   all-gather                  %10.4f ms   %s\n",
               ms(o.forward_s), ms(o.gather_s), verdict(o.forward_exposed_s).c_str());
   std::printf("    backward %10.4f ms   all-gather + reduce-scatter %10.4f ms   %s\n",
               ms(o.backward_s), ms(o.gather_s + o.reduce_scatter_s), verdict(o.backward_exposed_s).c_str());
-  // Each pass's first unit has nothing to hide its gather under.
-  const double exposed = static_cast<double>(cfg.n_layer) * (o.forward_exposed_s + o.backward_exposed_s) + 2 * o.gather_s;
-  const double compute = 3 * static_cast<double>(cfg.n_layer) * o.forward_s;
-  std::printf("    a micro-step waits %.4f ms for the link against %.4f ms of block compute; the forward hides "
-              "the gather from %.0f tokens per rank (micro-batch %lld)\n",
-              ms(exposed), ms(compute), o.tokens_to_hide_forward,
-              static_cast<long long>(std::max(1.0, std::ceil(o.tokens_to_hide_forward / static_cast<double>(a.seq)))));
+  // Each pass starts with the root unit (embeddings, final norm), with nothing to hide its gather under.
+  const double root_gather = dist::ring_collective_seconds(units.root * e.s, N, link);
+  const double L = static_cast<double>(cfg.n_layer), C = static_cast<double>(ckpt);
+  const double exposed = C * (o.forward_exposed_s + o.backward_exposed_s) +
+                         (L - C) * (plain.forward_exposed_s + plain.backward_exposed_s) + 2 * root_gather;
+  const double compute = 3 * L * plain.forward_s + C * plain.forward_s;
+  std::printf("    a micro-step waits %.4f ms for the link (the root's gathers %.4f ms of it) against %.4f ms of block "
+              "compute; ",
+              ms(exposed), ms(2 * root_gather), ms(compute));
+  if (a.prefetch == 0) {
+    std::printf("without prefetch every gather waits in full\n");
+  } else {
+    const double sequences = std::ceil(o.tokens_to_hide_forward / static_cast<double>(a.seq));
+    std::printf("the forward hides the gather from %.0f tokens per rank (micro-batch %.0f)\n", o.tokens_to_hide_forward,
+                std::max(1.0, sequences));
+  }
 }
 
 // Where each stage's model states are with the offload asked for, and the disk traffic of a step.
@@ -278,11 +294,11 @@ int main(int argc, char** argv) {
   app.add_option("--memory-gib", a.memory_gib, "also find the largest n_layer whose step peak fits this per rank")
       ->check(CLI::Range(0.0, 1e9));
   app.add_option("--tflops", a.tflops, "the overlap model: TFLOP/s a rank computes at (with --link-gbps)")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(CLI::Range(1e-6, 1e6));
   app.add_option("--link-gbps", a.link_gbps, "the overlap model: each rank's link, GB/s one way")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(CLI::Range(1e-6, 1e6));
   app.add_option("--link-latency-us", a.link_latency_us, "the overlap model: latency per message, us (default 5)")
-      ->check(CLI::Range(0.0, 1e9));
+      ->check(CLI::Range(0.0, 1e6));
   app.add_option("--offload-optimizer", a.offload_optimizer, "Adam's states (and bf16's masters): none or nvme")
       ->check(CLI::IsMember({"none", "nvme"}));
   app.add_option("--offload-params", a.offload_params, "ZeRO-3's parameter shards: none or nvme (ZeRO-3 rows only)")
@@ -300,6 +316,11 @@ int main(int argc, char** argv) {
     }
     if ((a.tflops > 0) != (a.link_gbps > 0))
       throw CLI::ValidationError("--tflops", "the overlap model needs both --tflops and --link-gbps (positive)");
+    if (app.count("--link-latency-us") > 0 && a.tflops == 0)
+      throw CLI::ValidationError("--link-latency-us", "applies to the overlap model: give --tflops and --link-gbps");
+    if (app.count("--grad-accum") > 0 && a.offload_optimizer == "none" && a.offload_params == "none")
+      throw CLI::ValidationError("--grad-accum", "counts the offloaded shards' reads: give --offload-optimizer or "
+                                                 "--offload-params nvme");
     // Every byte count below is an int64: refuse a model whose counts would not fit one.
     if (!countable(a, a.n_layer))
       throw CLI::ValidationError("the model", "its byte counts exceed 2^62: give a smaller one");

@@ -7,9 +7,12 @@
 //   t(all-gather) = t(reduce-scatter) = (N - 1) (latency + B / (N bandwidth)).
 // A block's forward is 24 C^2 + 4 T C floating-point operations a token (its four weight GEMMs,
 // 2 x 12 C^2, and attention's two T x T x C products, causal or not: the kernels compute the
-// full square), its backward twice that. The forward hides the next block's gather when
-// t(forward) >= t(all-gather); the backward has to cover the next gather and this block's
-// reduce-scatter on the same link. What is not hidden is exposed: the step waits for it.
+// full square), its backward twice that (three times under activation checkpointing: the
+// recompute). With prefetch the forward hides the next block's gather when t(forward) >=
+// t(all-gather); the backward has to cover the next gather and this block's reduce-scatter on
+// the same link. A deeper prefetch starts gathers earlier but moves no more bytes per block, so
+// in a steady state the comparison is the same. Without prefetch every gather waits in full (the
+// reduce-scatter still runs under the next block's backward). What is not hidden is exposed.
 #pragma once
 #include <cstdint>
 
@@ -37,8 +40,9 @@ struct BlockOverlap {
 };
 
 // One block of `block_bytes` (its parameters in the compute dtype: s x 12 C^2 + 13 C) computing
-// `tokens` tokens per rank at `flops_per_s`.
+// `tokens` tokens per rank at `flops_per_s`; `prefetch`: units gathered ahead (0: none);
+// `recompute`: the block is checkpointed.
 BlockOverlap block_overlap(int64_t block_bytes, int64_t tokens, int64_t seq, int64_t n_embd, int64_t N,
-                           double flops_per_s, const LinkModel& link);
+                           double flops_per_s, const LinkModel& link, int prefetch, bool recompute);
 
 }  // namespace zdl::dist

@@ -69,6 +69,7 @@ void announce(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
                     {"offload_params", dist::offload_target_name(s.offload.params)},
                     {"offload_dir", s.offload.dir},
                     {"offloaded_bytes", memory_ledger().offloaded().total_current},
+                    {"offload_io", a.offload_io},  // asked for; offload_direct_io: in effect on this rank
                     {"offload_direct_io", x.zero.nvme_store() != nullptr && x.zero.nvme_store()->direct()},
                     {"device", x.dev.str()},
                     {"gpu", x.dev.is_cuda() ? gpu.name : ""},

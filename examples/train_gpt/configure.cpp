@@ -82,7 +82,7 @@ void check_model_fits_in_memory(const nn::GPTConfig& c, const Args& a, int world
 // --offload-*: the combination, and room in --offload-dir for what every rank places there
 // (dist::offloaded_bytes_closed_form, plus each buffer's 4 KiB alignment), checked before any
 // work. The directory holds one unlinked scratch file per rank while the run lasts.
-void check_offload(const Args& a, const CLI::App& app, Setup& s, int world, Device dev) {
+void check_offload(const Args& a, const CLI::App& app, Setup& s, int world, int ranks_here, Device dev) {
   dist::OffloadOptions& o = s.offload;
   o.optimizer = dist::offload_target_from_name(a.offload_optimizer);
   o.params = dist::offload_target_from_name(a.offload_params);
@@ -116,14 +116,16 @@ void check_offload(const Args& a, const CLI::App& app, Setup& s, int world, Devi
   struct statvfs fs {};
   if (::statvfs(a.offload_dir.c_str(), &fs) != 0) return;  // unknown: placing the states reports it
   const int64_t free_bytes = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
-  if (free_bytes < per_rank * world)
+  // The ranks of this machine share its disk; other machines' ranks write to theirs.
+  if (free_bytes < per_rank * ranks_here)
     throw UsageError(detail::str("--offload-dir '", a.offload_dir, "' has ", format_bytes(free_bytes),
-                                 " free, and the offload files of ", world, " rank(s) need ",
-                                 format_bytes(per_rank * world), ": free space there or name a larger disk"));
+                                 " free, and the offload files of this machine's ", ranks_here, " rank(s) need ",
+                                 format_bytes(per_rank * ranks_here), ": free space there or name a larger disk"));
 }
 
 // The model's config and the flags that depend on it, in the order the user meets them.
-void check_model(Args& a, const CLI::App& app, Setup& s, const data::TokenFiles& files, int world, Device dev) {
+void check_model(Args& a, const CLI::App& app, Setup& s, const data::TokenFiles& files, int world, int ranks_here,
+                 Device dev) {
   const bool gpt2_tokens = files.format() == data::TokenFormat::Llmc;
   s.cfg = model_config(a, app, s.resumed, files.format(), s.tok ? s.tok->vocab_size() : 0);
   try {
@@ -159,7 +161,7 @@ void check_model(Args& a, const CLI::App& app, Setup& s, const data::TokenFiles&
     throw UsageError(std::string("--dtype: ") + e.what());
   }
   if (s.dtype != DType::F32 && s.dtype != DType::BF16) throw UsageError("--dtype must be f32 or bf16, got " + a.dtype);
-  check_offload(a, app, s, world, dev);
+  check_offload(a, app, s, world, ranks_here, dev);
 }
 
 // The dataset over this rank's rows; a resumed run's data must have the checkpoint's sizes.
@@ -225,7 +227,7 @@ Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device d
   Setup s;
   io::agree_on_usage(comm, [&] {
     data::TokenFiles files = open_data(a, s);
-    check_model(a, app, s, files, comm.size(), dev);
+    check_model(a, app, s, files, comm.size(), comm.local_size(), dev);
     open_dataset(a, s, std::move(files), comm);
     open_outputs(a, app, s, comm);
   });

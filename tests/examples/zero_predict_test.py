@@ -47,6 +47,7 @@ def check_overlap(exe):
     N, s, tf, bw, lat = 8, 2, 400e12, 50e9, 5e-6
     block_bytes = s * pad(BLOCK, N)
     gather = (N - 1) * (lat + block_bytes / (N * bw))
+    root_gather = (N - 1) * (lat + s * pad(ROOT, N) / (N * bw))  # each pass starts with the root unit
     per_token = 24 * C * C + 4 * T * C
     hide_tokens = gather * tf / per_token
     for mb in (1, 8):
@@ -57,8 +58,8 @@ def check_overlap(exe):
         out = res.stdout
         m = re.search(r"forward\s+([\d.]+) ms\s+all-gather\s+([\d.]+) ms\s+(\S+)", out)
         b = re.search(r"backward\s+([\d.]+) ms\s+all-gather \+ reduce-scatter\s+([\d.]+) ms\s+(\S+)", out)
-        w = re.search(r"waits ([\d.]+) ms for the link.*hides the gather from (\d+) tokens per rank \(micro-batch (\d+)\)",
-                      out)
+        w = re.search(r"waits ([\d.]+) ms for the link \(the root's gathers ([\d.]+) ms of it\).*hides the gather from "
+                      r"(\d+) tokens per rank \(micro-batch (\d+)\)", out)
         if not (m and b and w):
             expect(False, f"overlap mb={mb}: lines not found in\n{out}")
             continue
@@ -69,12 +70,26 @@ def check_overlap(exe):
         hidden = fwd >= gather
         expect((m[3] == "hidden") == hidden and (b[3] == "hidden") == (2 * fwd >= 2 * gather),
                f"mb={mb}: verdicts {m[3]} / {b[3]}, by hand forward {'hidden' if hidden else 'exposed'}")
-        waits = 2 * gather + 48 * (max(0, gather - fwd) + max(0, 2 * gather - 2 * fwd))
+        waits = 2 * root_gather + 48 * (max(0, gather - fwd) + max(0, 2 * gather - 2 * fwd))
         expect(abs(float(w[1]) - waits * 1e3) < 1e-3, f"mb={mb}: waits {w[1]} ms, by hand {waits * 1e3:.4f}")
-        expect(int(w[2]) == round(hide_tokens) and int(w[3]) == math.ceil(hide_tokens / T),
-               f"mb={mb}: hides from {w[2]} tokens (micro-batch {w[3]}), by hand {hide_tokens:.0f}")
-    res = subprocess.run([exe, "--model", "gpt2", "--tflops", "100"], capture_output=True, text=True, timeout=60)
-    expect(res.returncode == 2 and "--link-gbps" in res.stderr + res.stdout, "--tflops without --link-gbps accepted")
+        expect(abs(float(w[2]) - 2 * root_gather * 1e3) < 1e-4, f"mb={mb}: root's gathers {w[2]} ms")
+        expect(int(w[3]) == round(hide_tokens) and int(w[4]) == math.ceil(hide_tokens / T),
+               f"mb={mb}: hides from {w[3]} tokens (micro-batch {w[4]}), by hand {hide_tokens:.0f}")
+    # Without prefetch every gather waits in full; a checkpointed block's backward recomputes its forward.
+    res = subprocess.run([exe, "--model", "gpt2-xl", "--ranks", str(N), "--dtype", "bf16", "--tflops", "400",
+                          "--link-gbps", "50", "--micro-batch", "8", "--prefetch", "0", "--activation-checkpointing", "1"],
+                         capture_output=True, text=True, timeout=60)
+    fwd = per_token * 8 * T / tf
+    m = re.search(r"forward\s+([\d.]+) ms\s+all-gather\s+([\d.]+) ms\s+exposed: waits ([\d.]+) ms", res.stdout)
+    b = re.search(r"backward\s+([\d.]+) ms", res.stdout)
+    expect(bool(m and b) and abs(float(m[3]) - gather * 1e3) < 1e-4 and abs(float(b[1]) - 3 * fwd * 1e3) < 1e-4,
+           f"prefetch 0 / checkpointing: {res.stdout[-600:]}")
+    expect("without prefetch every gather waits in full" in res.stdout, "prefetch 0: no saying so")
+    for args, needle in ((["--tflops", "100"], "--link-gbps"), (["--link-latency-us", "50"], "--link-latency-us"),
+                         (["--tflops", "1e6", "--link-gbps", "1e-320"], "--link-gbps"),
+                         (["--grad-accum", "4"], "--grad-accum")):
+        res = subprocess.run([exe, "--model", "gpt2", *args], capture_output=True, text=True, timeout=60)
+        expect(res.returncode == 2 and needle in res.stderr + res.stdout, f"{args} accepted: {res.returncode}")
 
 
 def gib(b):
