@@ -251,8 +251,8 @@ void print_step_table(Report& rep, const Args& a, std::span<const StageRun> runs
       for (double l : r.losses) std::printf(" %.6f", l);
       if (r.stage == ZeroStage::Three) {
         const Blocked b = blocked_ms(r);
-        std::printf("   (blocked on all-gathers %.1f ms of the traced step's %.1f ms: %.1f waiting for the other "
-                    "ranks, %.1f for the bytes)",
+        std::printf("   (rank 0 blocked on all-gathers %.1f ms of the last step's %.1f ms: %.1f ms waiting for the "
+                    "other ranks, %.1f ms for the data)",
                     b.total, r.step_ms.back(), b.ranks, b.data());
       }
       std::printf("\n");
