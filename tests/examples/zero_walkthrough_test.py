@@ -69,12 +69,13 @@ def read(path):
         return list(csv.DictReader(f))
 
 
-def check_prediction(predict_exe, N, out, measured_memory, measured_traffic):
+def check_prediction(predict_exe, N, out, measured_memory, measured_traffic, model=None):
     """zero_predict for the same model, never built, equals what the run measured: model-state
     bytes after a step per stage and category, the step's peaks, and every collective's calls,
-    payload and wire bytes."""
-    cmd = [predict_exe, "--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C), "--seq", str(T),
-           "--vocab", str(V), "--ranks", str(N), "--out", out]
+    payload and wire bytes. `model`: zero_predict's model flags (default: this test's model)."""
+    model = model or ["--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C), "--seq", str(T),
+                      "--vocab", str(V)]
+    cmd = [predict_exe, *model, "--ranks", str(N), "--out", out]
     res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
     expect(res.returncode == 0, f"zero_predict: exit {res.returncode}: {res.stdout}")
     if res.returncode != 0:
