@@ -74,7 +74,7 @@ def worker(a):
     import torch
     import deepspeed
     sys.path.insert(0, HERE)
-    from torch_train_step import GPT
+    from torch_train_step import GPT, rank_rows
 
     torch.set_num_threads(max(1, a.threads // a.ranks))
     rank = int(os.environ.get("RANK", 0))
@@ -86,12 +86,9 @@ def worker(a):
     deepspeed.zero.register_external_parameter(model, model.wte.weight)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
 
-    per = a.batch // a.ranks
     times = []
     for s in range(a.warmup + a.steps):
-        g = torch.Generator().manual_seed(100 + s)
-        ids = torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=g)[rank * per:(rank + 1) * per]
-        x, y = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+        x, y = rank_rows(a, rank, s)
         torch.distributed.barrier()
         t0 = time.perf_counter()
         loss = engine(x, y)

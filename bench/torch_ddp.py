@@ -14,7 +14,7 @@ import torch.multiprocessing as mp
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from torch_train_step import GPT
+from torch_train_step import GPT, rank_rows
 
 
 def worker(rank, a, mode, port, out):
@@ -28,12 +28,9 @@ def worker(rank, a, mode, port, out):
         opt = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=3e-4, betas=(0.9, 0.95))
     else:
         opt = torch.optim.AdamW(params, lr=3e-4, betas=(0.9, 0.95))
-    per = a.batch // a.ranks
     times = []
     for s in range(a.warmup + a.steps):
-        g = torch.Generator().manual_seed(100 + s)
-        ids = torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=g)[rank * per:(rank + 1) * per]
-        x, y = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+        x, y = rank_rows(a, rank, s)
         dist.barrier()
         t0 = time.perf_counter()
         loss = model(x, y)

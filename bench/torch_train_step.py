@@ -69,6 +69,15 @@ def decay_groups(model, weight_decay):
             {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
 
 
+def rank_rows(a, rank, s):
+    """Step s's batch (a.batch random sequences of a.vocab ids, the same on every rank), this rank's
+    a.batch / a.ranks rows of it: inputs and targets. The peers of the multi-rank benches."""
+    per = a.batch // a.ranks
+    g = torch.Generator().manual_seed(100 + s)
+    ids = torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=g)[rank * per:(rank + 1) * per]
+    return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser()
     for k, v in dict(layers=4, heads=4, embd=256, seq=128, batch=8, vocab=256, steps=20, warmup=3, threads=2,

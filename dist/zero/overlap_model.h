@@ -32,8 +32,9 @@ double block_forward_flops_per_token(int64_t seq, int64_t n_embd);
 struct BlockOverlap {
   double forward_s = 0, backward_s = 0;       // one block's compute for `tokens` tokens
   double gather_s = 0, reduce_scatter_s = 0;  // one block's collectives
-  double forward_exposed_s = 0;               // max(0, gather - forward)
-  double backward_exposed_s = 0;              // max(0, gather + reduce-scatter - backward)
+  double forward_exposed_s = 0;   // prefetch: max(0, gather - forward); none: the gather
+  double backward_exposed_s = 0;  // prefetch: max(0, gather + reduce-scatter - backward);
+                                  // none: the gather + max(0, reduce-scatter - backward)
   // The fewest tokens per rank per micro-step whose forward hides the gather (compute grows with
   // the tokens, the gather does not).
   double tokens_to_hide_forward = 0;
