@@ -2,7 +2,8 @@
 // to the bound the disk sets, measured in the same run on the same directory.
 //
 //   mpirun -n 4 offload_bench --dir /scratch [--layers 8 --heads 4 --embd 256 --seq 64 --batch 8
-//                                             --dtype f32 --steps 6 --warmup 2 --io direct]
+//                                             --dtype f32 --steps 6 --warmup 2 --io direct
+//                                             --window-mib 0]
 // Modes: none, optimizer (Adam's moments and bf16's masters on NVMe), optimizer+params (ZeRO-3's
 // parameter shards too). Per mode, rank 0 prints the median step, the bytes each rank moved to and
 // from its scratch file per step (NvmeStore's counters), the disk's bandwidth for that traffic
@@ -11,7 +12,10 @@
 // max(step without offload, bytes / bandwidth): what perfect overlap of disk and compute reaches.
 // --io direct (the default, O_DIRECT where the filesystem allows) measures the disk itself; --io
 // cached goes through the page cache, whose bandwidth on a machine with memory to spare is the
-// memory's. The table says which one the store used.
+// memory's. The table says which one the store used. --window-mib W > 0 adds both offload modes
+// again with an optimizer window of W MiB (OffloadOptions::window_bytes): the first units' states
+// read under the backward, the last units' written under the next forward; the table then also
+// prints each mode's peak memory on rank 0, what the window costs.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -58,13 +62,14 @@ std::pair<double, double> disk_bandwidth(const std::string& dir, const std::stri
 
 struct ModeResult {
   std::string name;
-  double step_ms = 0, loss = 0;
+  double step_ms = 0, opt_ms = 0, loss = 0;  // medians: the whole step, its optimizer step
   int64_t bytes_per_step = 0;
+  int64_t peak_bytes = 0;  // rank 0's memory at its highest during the steps
 };
 
 constexpr const char* kUsage =
     "usage: mpirun -n N offload_bench --dir DIR [--layers 8 --heads 4 --embd 256 --seq 64 --batch 8 --dtype f32\n"
-    "                                  --steps 6 --warmup 2 --io direct|cached]\n"
+    "                                  --steps 6 --warmup 2 --io direct|cached --window-mib 0]\n"
     "ZeRO-3 step time with NVMe offload (files in DIR) next to the step without it (docs/offload.md)\n";
 
 int run(int argc, char** argv);
@@ -90,6 +95,7 @@ namespace {
 int run(int argc, char** argv) {
   int64_t L = 8, H = 4, C = 256, T = 64, B = 8, steps = 6, warmup = 2;
   std::string dir, dtype = "f32", io = "direct";
+  double window_mib = 0;
   if (argc % 2 == 0) {
     std::fprintf(stderr, "offload_bench: every flag takes a value\n%s", kUsage);
     return 2;
@@ -106,6 +112,7 @@ int run(int argc, char** argv) {
     else if (k == "--batch") B = std::atoll(v.c_str());
     else if (k == "--steps") steps = std::atoll(v.c_str());
     else if (k == "--warmup") warmup = std::atoll(v.c_str());
+    else if (k == "--window-mib") window_mib = std::atof(v.c_str());
     else {
       std::fprintf(stderr, "offload_bench: unknown flag %s\n%s", k.c_str(), kUsage);
       return 2;
@@ -113,9 +120,9 @@ int run(int argc, char** argv) {
   }
   std::error_code ec;
   if (dir.empty() || !std::filesystem::is_directory(dir, ec) || (dtype != "f32" && dtype != "bf16") || (io != "direct" && io != "cached") || steps < 1 ||
-      L < 1 || H < 1 || C < 1 || C % H != 0 || T < 1 || B < 1 || warmup < 0) {
+      L < 1 || H < 1 || C < 1 || C % H != 0 || T < 1 || B < 1 || warmup < 0 || !(window_mib >= 0)) {
     std::fprintf(stderr, "offload_bench: needs --dir DIR (an existing directory); --dtype f32 or bf16; --io direct or cached; "
-                         "--steps >= 1; "
+                         "--steps >= 1; --window-mib >= 0; "
                          "positive shapes with --embd a multiple of --heads\n%s", kUsage);
     return 2;
   }
@@ -129,11 +136,17 @@ int run(int argc, char** argv) {
   const DType dt = dtype == "bf16" ? DType::BF16 : DType::F32;
   const nn::GPTConfig cfg{.vocab_size = 256, .block_size = T, .n_layer = L, .n_head = H, .n_embd = C};
   using dist::OffloadTarget;
-  const std::vector<std::pair<std::string, dist::OffloadOptions>> modes = {
+  std::vector<std::pair<std::string, dist::OffloadOptions>> modes = {
       {"none", {}},
       {"optimizer", {.optimizer = OffloadTarget::Nvme, .dir = dir, .direct_io = io == "direct"}},
       {"optimizer+params",
        {.optimizer = OffloadTarget::Nvme, .params = OffloadTarget::Nvme, .dir = dir, .direct_io = io == "direct"}}};
+  if (window_mib > 0)
+    for (size_t m = 1; m < 3; ++m) {
+      auto [name, o] = modes[m];
+      o.window_bytes = static_cast<int64_t>(window_mib * 1024 * 1024);
+      modes.emplace_back(name + ", window", o);
+    }
   std::vector<ModeResult> results;
   bool direct_used = false;
   for (const auto& [name, offload] : modes) {
@@ -152,8 +165,14 @@ int run(int argc, char** argv) {
       return dist::Trainer::Batch{contiguous(slice(mine, 1, 0, T)), contiguous(slice(mine, 1, 1, T + 1))};
     };
     auto loss = [&](const Tensor& x, const Tensor& y) { return model->loss(x, y); };
-    std::vector<double> ms;
+    std::vector<double> ms, opt_ms;
+    double opt_begin = 0;
+    zero.set_trace([&](const dist::TraceEvent& e) {
+      if (e.kind == dist::TraceKind::StepBegin) opt_begin = e.t_us;
+      if (e.kind == dist::TraceKind::StepEnd) opt_ms.push_back((e.t_us - opt_begin) / 1000.0);
+    });
     ModeResult r{name};
+    memory_ledger().reset_peaks(Device::cpu());
     int64_t io0 = 0;
     for (int64_t s = 0; s < warmup + steps; ++s) {
       if (s == warmup && zero.nvme_store()) io0 = zero.nvme_store()->bytes_read() + zero.nvme_store()->bytes_written();
@@ -164,6 +183,10 @@ int run(int argc, char** argv) {
     }
     std::sort(ms.begin(), ms.end());
     r.step_ms = ms[ms.size() / 2];
+    opt_ms.erase(opt_ms.begin(), opt_ms.begin() + static_cast<std::ptrdiff_t>(warmup));
+    std::sort(opt_ms.begin(), opt_ms.end());
+    r.opt_ms = opt_ms[opt_ms.size() / 2];
+    r.peak_bytes = memory_ledger().stats(Device::cpu()).total_peak;
     if (zero.nvme_store()) direct_used = zero.nvme_store()->direct();
     if (zero.nvme_store())
       r.bytes_per_step = (zero.nvme_store()->bytes_read() + zero.nvme_store()->bytes_written() - io0) / steps;
@@ -182,14 +205,14 @@ int run(int argc, char** argv) {
   std::printf("disk (%s, %s): write %.2f GB/s, read %.2f GB/s per rank, all ranks at once\n", dir.c_str(),
               direct_used ? "direct I/O" : io == "direct" ? "page cache: the filesystem refuses direct I/O" : "page cache",
               write_gbs, read_gbs);
-  std::printf("%-18s %10s %14s %12s %12s %14s %14s\n", "offload", "step ms", "MB/step/rank", "I/O ms", "vs none",
-              "vs bound", "loss");
+  std::printf("%-26s %10s %10s %14s %12s %12s %14s %12s %14s\n", "offload", "step ms", "opt ms", "MB/step/rank",
+              "I/O ms", "vs none", "vs bound", "peak MiB", "loss");
   const double none_ms = results[0].step_ms;
   for (const ModeResult& r : results) {
     const double io_ms = static_cast<double>(r.bytes_per_step) / (gbs * 1e9) * 1000.0;
-    std::printf("%-18s %10.2f %14.2f %12.2f %11.2fx %13.2fx %14.6f\n", r.name.c_str(), r.step_ms,
+    std::printf("%-26s %10.2f %10.2f %14.2f %12.2f %11.2fx %13.2fx %12.2f %14.6f\n", r.name.c_str(), r.step_ms, r.opt_ms,
                 static_cast<double>(r.bytes_per_step) / 1e6, io_ms, r.step_ms / none_ms,
-                r.step_ms / std::max(none_ms, io_ms), r.loss);
+                r.step_ms / std::max(none_ms, io_ms), static_cast<double>(r.peak_bytes) / (1024.0 * 1024.0), r.loss);
   }
   std::printf("losses equal across modes: %s\n",
               std::all_of(results.begin(), results.end(), [&](const ModeResult& r) { return r.loss == results[0].loss; })

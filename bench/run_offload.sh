@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ZeRO-3 with NVMe offload, zerodl next to DeepSpeed's ZeRO-Infinity, in one run on one CPU:
-#   bash bench/run_offload.sh [BUILD_DIR]        RANKS=2 DTYPE=f32 DIR=/scratch/x STEPS=8
-# zerodl: build/bench/offload_bench (direct I/O), modes none / optimizer / optimizer+params.
+#   bash bench/run_offload.sh [BUILD_DIR]        RANKS=2 DTYPE=f32 DIR=/scratch/x STEPS=8 WINDOW_MIB=0
+# zerodl: build/bench/offload_bench (direct I/O), modes none / optimizer / optimizer+params, and
+# with WINDOW_MIB > 0 both offload modes again with that optimizer window (--offload-window-mib).
 # DeepSpeed: bench/deepspeed_offload.py (the same GPT, batch and steps), modes none / nvme, when
 # the venv of bench/setup_torch_venv.sh has deepspeed (`.venv-torch/bin/pip install deepspeed`;
 # nvme also needs libaio-dev); otherwise the table says why it has no DeepSpeed column.
@@ -10,7 +11,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
-ranks="${RANKS:-2}" dtype="${DTYPE:-f32}" steps="${STEPS:-8}"
+ranks="${RANKS:-2}" dtype="${DTYPE:-f32}" steps="${STEPS:-8}" window="${WINDOW_MIB:-0}"
 dir="${DIR:-$(mktemp -d "${TMPDIR:-/tmp}/zdl-offload-bench.XXXXXX")}"
 mkdir -p "$dir/zerodl" "$dir/deepspeed"
 source "$root/bench/torch_peer.sh"
@@ -18,9 +19,10 @@ source "$root/bench/torch_peer.sh"
 echo "CPU: $cpu_desc; $ranks ranks of 1 thread, $dtype, scratch in $dir"
 
 z=$(OMP_NUM_THREADS=1 mpirun -n "$ranks" "$build/bench/offload_bench" --dir "$dir/zerodl" --dtype "$dtype" \
-      --steps "$steps" 2>&1) || { echo "$z"; exit 1; }
+      --steps "$steps" --window-mib "$window" 2>&1) || { echo "$z"; exit 1; }
 echo "$z"
-zms() { awk -v m="$1" '$1 == m && $2 ~ /^[0-9.]+$/ { print $2 }' <<<"$z"; }
+# The step ms of the row whose mode is exactly $1 (mode names may hold ", ").
+zms() { awk -v m="$1" 'index($0, m " ") == 1 { split(substr($0, length(m) + 1), f, " "); if (f[1] ~ /^[0-9.]+$/) print f[1] }' <<<"$z"; }
 
 ds="" ds_why=""
 if [ -n "$torch_py" ] && "$torch_py" -c "import deepspeed" 2>/dev/null; then
@@ -43,6 +45,10 @@ row() {  # label, zerodl mode, DeepSpeed mode
 row "no offload" none none
 row "optimizer states on NVMe" optimizer nvme
 row "optimizer + parameters on NVMe" optimizer+params ""
+if awk -v w="$window" 'BEGIN { exit !(w > 0) }'; then
+  row "optimizer on NVMe, ${window} MiB window" "optimizer, window" ""
+  row "optimizer + params, ${window} MiB window" "optimizer+params, window" ""
+fi
 [ -z "$ds_why" ] || echo "DeepSpeed: not measured: $ds_why"
 if [ -n "$ds" ]; then
   echo "DeepSpeed's nvme mode offloads both, but swaps a parameter partition only from 1 MiB (its"

@@ -48,6 +48,10 @@ class OffloadedBuffer {
   void evict();
   // Evicting -> Evicted: waits for the write (throws its I/O error), then releases the bytes.
   void settle();
+  // settle() if the write is done; false while it is still running. Never waits.
+  bool settle_if_done();
+
+  int64_t bytes() const { return bytes_; }
 
   const std::string& label() const { return storage_->label(); }
 

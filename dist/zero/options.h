@@ -47,6 +47,10 @@ struct OffloadOptions {
   // host memory as cache, and the step pays the disk's own bandwidth. false: through the page cache
   // (faster where host memory can hold the states anyway).
   bool direct_io = true;
+  // Optimizer offload's window (dist/offload/optimizer_window.h): up to this many bytes of
+  // optimizer states held in memory outside the step, so their reads run under the backward and
+  // their writes under the next forward instead of in the step. 0: the states move in the step only.
+  int64_t window_bytes = 0;
   bool any_nvme() const { return optimizer == OffloadTarget::Nvme || params == OffloadTarget::Nvme; }
 };
 

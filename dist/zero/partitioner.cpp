@@ -133,6 +133,10 @@ void ZeroPartitioner::check_offload_options() const {
             " offload runs on CPU ranks in this version of zerodl; on ", options_.device.str(),
             " use offload none (docs/offload.md)");
   ZDL_CHECK(!o.any_nvme() || !o.dir.empty(), p, " NVMe offload needs a directory for its scratch files (--offload-dir)");
+  ZDL_CHECK(o.window_bytes >= 0, p, " the optimizer offload window must be >= 0 bytes, got ", o.window_bytes);
+  ZDL_CHECK(o.window_bytes == 0 || o.optimizer == OffloadTarget::Nvme, p,
+            " an optimizer offload window (--offload-window) holds optimizer states that live on NVMe; it needs "
+            "optimizer offload to nvme (--offload-optimizer nvme)");
 }
 
 int64_t ZeroPartitioner::micro_batch_index(int64_t micro_step) const {
@@ -317,6 +321,7 @@ void ZeroPartitioner::on_forward_pre(ParamUnit& u) {
 
 void ZeroPartitioner::on_forward_post(ParamUnit& u) {
   u.end_forward();
+  if (window_) window_->unit_forward_done();
   emit(TraceKind::ForwardEnd, &u);
 }
 
@@ -335,6 +340,7 @@ void ZeroPartitioner::on_post_backward(ParamUnit& u) {
   // it issued and need not wait (in the divergence check) for the reduction to finish.
   if (const int pos = position(u); pos >= 0) prefetch(pos - 1, -1, CommPhase::BackwardGather);
   reduce(u);
+  if (window_ && grad_sync_) window_->unit_backward_done();
 }
 
 // One reduction in flight ([Note: overlapped gradient reduction] in param_unit.cpp): a unit's
@@ -463,12 +469,13 @@ void ZeroPartitioner::begin_optimizer_step(const char* what) {
   finish_reduction();  // normally done when backward() returned
   check_gradients_complete(what);
   emit(TraceKind::StepBegin, nullptr);
+  if (window_) window_->step_begins();  // a window read still running is the step's wait
 }
 
 void ZeroPartitioner::refresh_params(size_t i) {
   ZDL_CHECK(i < units_.size(), comm_->prefix(), " refresh_params: unit ", i, " of ", units_.size());
   units_[i]->refresh_params();
-  if (i > 0) units_[i - 1]->settle_offload();  // its writes ran while this unit was refreshed
+  if (i > 0) settle_unit(i - 1);  // its writes ran while this unit was updated
   ++refreshed_;
 }
 
@@ -477,6 +484,7 @@ void ZeroPartitioner::end_optimizer_step() {
             " of ", units_.size(), " units; call refresh_params(i) for each unit it updated");
   refreshed_ = 0;
   settle_offload();
+  if (window_) window_->step_ended();  // the window's writes run under the next forward
   ++step_;
   emit(TraceKind::StepEnd, nullptr);
 }
@@ -487,7 +495,26 @@ void ZeroPartitioner::refresh_params() {
 }
 
 void ZeroPartitioner::settle_offload() {
-  for (auto& u : units_) u->settle_offload();
+  for (size_t i = 0; i < units_.size(); ++i) settle_unit(i);
+}
+
+void ZeroPartitioner::settle_unit(size_t i) {
+  units_[i]->settle_offload();
+  if (i < optimizer_states_.size()) settle(optimizer_states_[i]);
+}
+
+void ZeroPartitioner::set_optimizer_states(std::vector<std::vector<OffloadedBuffer*>> per_unit) {
+  ZDL_CHECK(per_unit.empty() || per_unit.size() == units_.size(), comm_->prefix(), " set_optimizer_states: ",
+            per_unit.size(), " units' states for ", units_.size(), " units");
+  window_.reset();
+  optimizer_states_ = std::move(per_unit);
+  if (optimizer_states_.empty() || options_.offload.window_bytes == 0) return;
+  std::vector<OptimizerWindow::Buffers> states;
+  for (size_t i = 0; i < units_.size(); ++i) {
+    states.push_back(units_[i]->optimizer_shard().offloaded);
+    states.back().insert(states.back().end(), optimizer_states_[i].begin(), optimizer_states_[i].end());
+  }
+  window_ = std::make_unique<OptimizerWindow>(options_.offload.window_bytes, std::move(states));
 }
 
 void ZeroPartitioner::zero_grad() {

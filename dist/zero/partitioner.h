@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "dist/comm/communicator.h"
+#include "dist/offload/optimizer_window.h"
 #include "dist/zero/options.h"
 #include "dist/zero/param_unit.h"
 #include "dist/zero/trace.h"
@@ -124,6 +125,12 @@ class ZeroPartitioner {
   void refresh_params();
   // Offload (ZeroOptions::offload): the rank's NVMe store, or null.
   NvmeStore* nvme_store() const { return nvme_.get(); }
+  // Optimizer offload: the optimizer's own offloaded states per unit (ZeroAdamW's moments), in
+  // units() order, or {} to forget them (the optimizer's destructor). The manager settles them
+  // with the unit's master and, with OffloadOptions::window_bytes, moves them in its window.
+  void set_optimizer_states(std::vector<std::vector<OffloadedBuffer*>> per_unit);
+  // The window, or null (no optimizer offload, no budget, or no optimizer states yet).
+  const OptimizerWindow* optimizer_window() const { return window_.get(); }
 
   // Receives a TraceEvent at every unit event (nullptr: off). For timelines and memory plots.
   void set_trace(std::function<void(const TraceEvent&)> sink) { trace_ = std::move(sink); }
@@ -148,6 +155,7 @@ class ZeroPartitioner {
 
   void check_offload_options() const;
   void settle_offload();
+  void settle_unit(size_t i);  // unit i's offloaded buffers and the optimizer's states of it
   ParamUnit& make_unit(const std::string& name, const std::vector<std::pair<std::string, Tensor>>& params);
   // Collective: throws on every rank, naming the first difference, unless all built the same units.
   void check_same_units();
@@ -174,6 +182,8 @@ class ZeroPartitioner {
   std::shared_ptr<Communicator> comm_;
   ZeroOptions options_;
   std::unique_ptr<NvmeStore> nvme_;  // before context_, which points at it
+  std::vector<std::vector<OffloadedBuffer*>> optimizer_states_;  // per unit, from the optimizer
+  std::unique_ptr<OptimizerWindow> window_;
   UnitContext context_;  // what every unit is given (the policy from options_.stage, once)
   std::unique_ptr<Factory> factory_;
   std::vector<std::unique_ptr<ParamUnit>> units_;  // blocks in order, root last

@@ -30,11 +30,20 @@ ZeroAdamW::ZeroAdamW(ZeroPartitioner& zero, const optim::AdamWOptions& o, double
       }
       offloaded_moments_.push_back(std::move(off));
     }
+    if (!offloaded_moments_.empty()) {
+      std::vector<std::vector<OffloadedBuffer*>> per_unit;
+      for (const auto& off : offloaded_moments_) per_unit.push_back({off[0].get(), off[1].get()});
+      zero_.set_optimizer_states(std::move(per_unit));
+    }
   } catch (const OutOfMemoryError& e) {
     throw OutOfMemoryError(detail::str(zero_.comm().prefix(), " placing Adam's moments under ", stage_name(zero_.stage()),
                                        " (", zero_.num_parameters(), " parameters on ", zero_.comm().size(),
                                        " ranks): ", e.what(), "; shard more (a higher ZeRO stage or more ranks) or raise the cap"));
   }
+}
+
+ZeroAdamW::~ZeroAdamW() {
+  if (!offloaded_moments_.empty()) zero_.set_optimizer_states({});
 }
 
 void ZeroAdamW::build_device_tables() {
@@ -66,8 +75,11 @@ std::vector<OffloadedBuffer*> ZeroAdamW::offloaded_states(size_t unit) const {
 // [Note: the step unit by unit] Each unit is updated, then its parameters refreshed from the
 // master (ZeroPartitioner::refresh_params(i)), while its states are in memory. Offloaded states
 // are brought in one unit ahead (the read of unit i + 1 runs while unit i computes) and written
-// back behind (unit i's writes run while unit i + 1 computes, and are settled after it). Without
-// offload the Resident scopes are empty and this is the plain loop.
+// back behind (unit i's writes run while unit i + 1 computes; the manager settles them after it).
+// With an optimizer window (dist/offload/optimizer_window.h) the first units' states were read
+// during the backward and are resident: their scopes leave them so, and the manager's window writes
+// them under the next forward. Without offload the Resident scopes are empty and this is the plain
+// loop.
 void ZeroAdamW::step(double grad_scale) {
   NoGradGuard ng;
   zero_.begin_optimizer_step("ZeroAdamW::step");
@@ -81,9 +93,7 @@ void ZeroAdamW::step(double grad_scale) {
     update(i, grad_scale);
     zero_.refresh_params(i);
     here.reset();  // evicts unit i (its writes queued)
-    if (i > 0) settle(offloaded_states(i - 1));
   }
-  if (n > 0) settle(offloaded_states(n - 1));
   zero_.end_optimizer_step();
 }
 

@@ -28,6 +28,9 @@ namespace zdl::dist {
 class ZeroAdamW {
  public:
   ZeroAdamW(ZeroPartitioner& zero, const optim::AdamWOptions& options, double weight_decay);
+  ~ZeroAdamW();  // the manager forgets the moments' offloaded buffers
+  ZeroAdamW(const ZeroAdamW&) = delete;
+  ZeroAdamW& operator=(const ZeroAdamW&) = delete;
 
   void step(double grad_scale = 1.0);
   double lr() const { return options_.lr; }

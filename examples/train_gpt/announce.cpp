@@ -44,6 +44,10 @@ void print_run(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
                     nvme->direct()             ? "direct I/O"
                     : s.offload.direct_io      ? "through the page cache: the filesystem refuses direct I/O"
                                                : "through the page cache", ")"));
+    if (const dist::OptimizerWindow* w = x.zero.optimizer_window())
+      say(detail::str("offload window ", format_bytes(s.offload.window_bytes), ": rank 0 moves the optimizer states of ",
+                      w->units(), " of ", x.zero.units().size(), " units (", format_bytes(w->bytes()),
+                      ") outside the step: read under the backward, written under the next forward"));
   }
   if (s.resumed) say(detail::str("resumed from ", a.resume, " at step ", first_step));
 }
@@ -71,6 +75,7 @@ void announce(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
                     {"offloaded_bytes", memory_ledger().offloaded().total_current},
                     {"offload_io", a.offload_io},  // asked for; offload_direct_io: in effect on this rank
                     {"offload_direct_io", x.zero.nvme_store() != nullptr && x.zero.nvme_store()->direct()},
+                    {"offload_window_bytes", s.offload.window_bytes},
                     {"device", x.dev.str()},
                     {"gpu", x.dev.is_cuda() ? gpu.name : ""},
                     {"peak_tflops", gpu.peak_bf16_tflops},

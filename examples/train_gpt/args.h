@@ -50,6 +50,7 @@ struct Args {
   std::string offload_params = "none";     // none, nvme
   std::string offload_dir;
   std::string offload_io = "direct";       // direct (O_DIRECT where the filesystem allows), cached
+  double offload_window_mib = 0;           // optimizer states held outside the step to hide their I/O
   double collective_timeout = 0;
   std::string on_nan = "stop";
   std::string reduction = "exact";

@@ -122,9 +122,95 @@ inline void expect_offload_traffic_closed_form(Communicator& comm) {
       }
 }
 
+// The optimizer window (dist/offload/optimizer_window.h) moves I/O out of the step, never
+// arithmetic: with a third and all of a rank's optimizer states as the window, every stage in
+// f32 and bf16, with and without accumulation (ZeRO-3 with parameter offload too), gives the bits
+// of the run without offload.
+inline void expect_window_bit_identical(Communicator& comm) {
+  for (ZeroStage stage : kAllStages)
+    for (DType dt : {DType::F32, DType::BF16})
+      for (int accum : {1, 2}) {
+        RunConfig c{.stage = stage, .dtype = dt, .grad_accum = accum, .batch = 8, .dropout = 0.1};
+        const RunResult ref = run_zero(comm, c);
+        c.offload = nvme_offload(stage == ZeroStage::Three);
+        const int64_t states = offloaded_bytes_closed_form(stage, c.offload, gpt_padded_units(tiny_gpt(), comm.size()).total(),
+                                                           comm.size(), ElementBytes::of(dt))
+                                   .at(MemoryCategory::OptimizerState);
+        for (int64_t window : {states / 3, 2 * states}) {  // some units; every unit
+          c.offload.window_bytes = window;
+          expect_same_bits(comm, run_zero(comm, c), ref,
+                           detail::str(stage_name(stage), " ", dtype_name(dt), " accum ", accum, " window ", window, " of ",
+                                       states, " bytes of optimizer states"));
+        }
+      }
+}
+
+// What the window moves, checked exactly (ZeRO-3, bf16, optimizer offload, half the states as the
+// window, two micro-steps): the step reads only the units outside the window, the window's reads
+// having been queued under the backward (all of them at the first step; later, a unit whose
+// writes were still running when its read came keeps its bytes and is not read at all); when the
+// step ends, the window's states are still in memory (their writes run on into the next forward)
+// and nothing else is; and the optimizer states in memory never exceed the three units the step
+// holds plus the window.
+inline void expect_window_moves_io_out_of_the_step(Communicator& comm) {
+  RunConfig c{.stage = ZeroStage::Three, .dtype = DType::BF16, .grad_accum = 2, .batch = 8,
+              .offload = nvme_offload(false)};
+  const int64_t states = offloaded_bytes_closed_form(c.stage, c.offload, gpt_padded_units(tiny_gpt(), comm.size()).total(),
+                                                     comm.size(), ElementBytes::of(c.dtype))
+                             .at(MemoryCategory::OptimizerState);
+  c.offload.window_bytes = states / 2;
+  struct Mark {
+    int64_t read = 0, written = 0, state_mem = 0;
+  };
+  std::vector<Mark> begins, ends;
+  int64_t baseline = 0, largest = 0, padded = 0, window_bytes = 0;
+  size_t window_units = 0;
+  auto state_mem = [] { return memory_ledger().stats(Device::cpu()).current_of(MemoryCategory::OptimizerState); };
+  Probe probe;
+  probe.after_wrap = [&](ZeroPartitioner& z) {
+    baseline = state_mem();
+    for (const ParamUnit* u : z.units()) largest = std::max(largest, 12 * u->shard_size());
+    memory_ledger().reset_peaks(Device::cpu());
+    z.set_trace([&z, &begins, &ends, &state_mem, &baseline](const TraceEvent& e) {
+      if (e.kind != TraceKind::StepBegin && e.kind != TraceKind::StepEnd) return;
+      (e.kind == TraceKind::StepBegin ? begins : ends)
+          .push_back({z.nvme_store()->bytes_read(), z.nvme_store()->bytes_written(), state_mem() - baseline});
+    });
+  };
+  probe.after_step = [&](ZeroPartitioner& z, int) {
+    padded = z.num_padded();
+    const OptimizerWindow* window = z.optimizer_window();
+    ASSERT_NE(window, nullptr) << comm.prefix();
+    window_bytes = window->bytes();
+    window_units = window->units();
+  };
+  run_zero(comm, c, probe);
+  const int64_t peak = memory_ledger().stats(Device::cpu()).peak_of(MemoryCategory::OptimizerState) - baseline;
+  const std::string at = comm.prefix() + " window " + std::to_string(c.offload.window_bytes) + " bytes";
+  ASSERT_GT(window_units, 0u) << at << ": half the states hold no unit";
+  EXPECT_LE(window_bytes, c.offload.window_bytes) << at;
+  const OffloadTraffic per_step =
+      offload_traffic_closed_form(c.stage, c.offload, padded, comm.size(), ElementBytes::of(c.dtype), c.grad_accum);
+  ASSERT_EQ(begins.size(), static_cast<size_t>(c.steps)) << at;
+  ASSERT_EQ(ends.size(), static_cast<size_t>(c.steps)) << at;
+  for (size_t s = 0; s < begins.size(); ++s) {
+    const int64_t read_before = begins[s].read - (s ? ends[s - 1].read : 0);  // placement reads nothing
+    if (s == 0) EXPECT_EQ(read_before, window_bytes) << at << ", step 0: bytes read under the backward";
+    EXPECT_LE(read_before, window_bytes) << at << ", step " << s << ": bytes read under the backward";
+    EXPECT_EQ(ends[s].read - begins[s].read, per_step.read - window_bytes) << at << ", step " << s << ": bytes read in the step";
+    // The window's writes are queued as the step ends, after its own: both counted by then.
+    EXPECT_EQ(ends[s].written - begins[s].written, per_step.written) << at << ", step " << s << ": bytes written";
+    EXPECT_EQ(ends[s].state_mem, window_bytes) << at << ", step " << s << ": optimizer states in memory at the step's end";
+  }
+  EXPECT_LE(peak, 3 * largest + c.offload.window_bytes) << at << ": the window held more than its budget";
+  EXPECT_GT(peak, 0) << at;
+}
+
 // A checkpoint saved by an offloaded run loads into a run without offload and into another
 // offloaded run, and one saved without offload loads into an offloaded run: each continues the
 // uninterrupted run's trajectory bit for bit (the offload files are scratch; the format is one).
+// The offloaded runs have a window holding every unit, so saves and loads meet its states in
+// memory or still being written.
 inline void expect_offloaded_checkpoints_resume_exactly(Communicator& comm) {
   using namespace sharded;
   constexpr int k = 2, total = 4;
@@ -133,6 +219,7 @@ inline void expect_offloaded_checkpoints_resume_exactly(Communicator& comm) {
   const RunConfig off = [&] {
     RunConfig c = plain;
     c.offload = nvme_offload(true);
+    c.offload.window_bytes = int64_t{1} << 30;  // every unit: saved and loaded while in the window
     return c;
   }();
   std::vector<double> uninterrupted;

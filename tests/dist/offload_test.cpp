@@ -49,6 +49,10 @@ TEST(Offload, ADirectoryRemovedDuringTheRunChangesNothing) {
   EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
+TEST(Offload, TheWindowGivesTheBitsOfTheRunWithout) { expect_window_bit_identical(local()); }
+
+TEST(Offload, TheWindowMovesTheStatesIoOutOfTheStep) { expect_window_moves_io_out_of_the_step(local()); }
+
 TEST(Offload, CheckpointsResumeIntoAndOutOfOffloadExactly) { expect_offloaded_checkpoints_resume_exactly(local()); }
 
 TEST(Offload, BadOptionsAndDirectoriesAreClearErrors) {
@@ -66,6 +70,12 @@ TEST(Offload, BadOptionsAndDirectoriesAreClearErrors) {
   EXPECT_NE(e.find("use ZeRO-3"), std::string::npos) << e;
   e = wrap_error(ZeroStage::Three, {.params = OffloadTarget::Cpu});
   EXPECT_NE(e.find("parameter offload takes none or nvme"), std::string::npos) << e;
+  e = wrap_error(ZeroStage::Three, {.params = OffloadTarget::Nvme, .dir = tmp.path(), .window_bytes = 1 << 20});
+  EXPECT_NE(e.find("needs optimizer offload to nvme (--offload-optimizer nvme)"), std::string::npos) << e;
+  OffloadOptions negative = nvme(tmp.path());
+  negative.window_bytes = -1;
+  e = wrap_error(ZeroStage::Three, negative);
+  EXPECT_NE(e.find("window must be >= 0 bytes, got -1"), std::string::npos) << e;
   // cpu on CPU ranks is where the states are already: the plain run.
   EXPECT_EQ(wrap_error(ZeroStage::Three, {.optimizer = OffloadTarget::Cpu}), "");
   // Nothing is left in the directory: the scratch file is unlinked as soon as it is made.

@@ -365,9 +365,11 @@ class TrainGptFaults(unittest.TestCase):
         # SIGKILL of rank 0 of an offloaded run (during a step or a save): the offload files die
         # with the process (nothing left in --offload-dir), the run was the trajectory of the same
         # run without offload, and its last checkpoint resumes exactly with offload and without.
+        # The killed run has a window wide enough for every unit: its states are in memory or
+        # being written between the steps, when the saves happen.
         ranks = 2 if MPIRUN else 0
         plain = ["--zero-stage", "3", "--dtype", "bf16"]
-        off = self.offload_flags()
+        off = self.offload_flags() + ["--offload-window-mib", "64"]
         ck, k, crashed = self.crash_mid_run(off, ranks)
         self.assertEqual(os.listdir(self.p("offload")), [], "offload files outlived the killed run")
         straight = self.straight_losses(1000000, k + 3, ranks, plain)
@@ -390,6 +392,11 @@ class TrainGptFaults(unittest.TestCase):
             (["--offload-io", "cached"], "--offload-io applies to"),
             (["--offload-optimizer", "nvme", "--offload-dir", self.dir, "--offload-io", "mmap"], "--offload-io"),
             (["--offload-optimizer", "disk"], "--offload-optimizer"),
+            (["--offload-window-mib", "8"], "needs --offload-optimizer nvme"),
+            (["--offload-params", "nvme", "--zero-stage", "3", "--offload-dir", self.dir, "--offload-window-mib", "8"],
+             "needs --offload-optimizer nvme"),
+            (["--offload-optimizer", "nvme", "--offload-dir", self.dir, "--offload-window-mib", "-1"],
+             "--offload-window-mib"),
         ]:
             self.assert_usage_error(self.run_gpt(*base, *args, check=False), needles, " ".join(args))
         # A disk without room for the states (a file-size limit, as a full disk): one message

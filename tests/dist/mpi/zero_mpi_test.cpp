@@ -274,6 +274,8 @@ namespace zdl::dist::testing {
 // has the one-rank cases and the errors.
 TEST(ZeroMpi, OffloadGivesTheBitsOfTheRunWithout) { expect_offload_bit_identical(world()); }
 TEST(ZeroMpi, OffloadedStatesLeaveMemory) { expect_offloaded_states_leave_memory(world()); }
+TEST(ZeroMpi, OffloadWindowGivesTheBitsOfTheRunWithout) { expect_window_bit_identical(world()); }
+TEST(ZeroMpi, OffloadWindowMovesTheStatesIoOutOfTheStep) { expect_window_moves_io_out_of_the_step(world()); }
 TEST(ZeroMpi, OffloadTrafficFollowsTheClosedForm) { expect_offload_traffic_closed_form(world()); }
 TEST(ZeroMpi, OffloadedCheckpointsResumeExactly) { expect_offloaded_checkpoints_resume_exactly(world()); }
 
