@@ -1,5 +1,8 @@
 #include "examples/train_gpt/announce.h"
 
+#include <linux/magic.h>
+#include <sys/vfs.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -13,6 +16,12 @@ namespace zdl::train_gpt {
 using json = nlohmann::json;
 
 namespace {
+
+// tmpfs and ramfs keep their files in memory: states offloaded there free none of it.
+bool on_memory_filesystem(const std::string& dir) {
+  struct statfs fs {};
+  return ::statfs(dir.c_str(), &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC);
+}
 
 // The console's lines, rank 0 alone.
 void print_run(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
@@ -44,6 +53,9 @@ void print_run(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
                     nvme->direct()             ? "direct I/O"
                     : s.offload.direct_io      ? "through the page cache: the filesystem refuses direct I/O"
                                                : "through the page cache", ")"));
+    if (on_memory_filesystem(nvme->dir()))
+      say(detail::str("offload: warning: ", nvme->dir(), " is on a memory filesystem (tmpfs): the offloaded states stay ",
+                      "in this machine's memory; name a directory on a disk to free it"));
     if (const dist::OptimizerWindow* w = x.zero.optimizer_window())
       say(detail::str("offload window ", format_bytes(s.offload.window_bytes), ": rank 0 moves the optimizer states of ",
                       w->units(), " of ", x.zero.units().size(), " units (", format_bytes(w->bytes()),

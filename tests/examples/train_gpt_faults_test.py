@@ -378,6 +378,18 @@ class TrainGptFaults(unittest.TestCase):
         for resume_flags in (plain, off):
             self.assert_resumes_exactly(ck, 1000000, k + 3, ranks, plain, resume_extra=resume_flags)
 
+    def test_an_offload_dir_on_tmpfs_is_warned_about(self):
+        # tmpfs keeps its files in memory: the run goes on, and says that offload frees nothing there.
+        shm = "/dev/shm"
+        if not os.path.isdir(shm) or subprocess.run(["stat", "-f", "-c", "%T", shm], capture_output=True,
+                                                     text=True).stdout.strip() != "tmpfs":
+            self.skipTest("no tmpfs at /dev/shm")
+        base = ["--data", self.data, *SMALL, "--steps", "1"]
+        p = self.run_gpt(*base, "--offload-optimizer", "nvme", "--offload-dir", shm)
+        self.assertIn(f"offload: warning: {shm} is on a memory filesystem (tmpfs)", p.stdout)
+        p = self.run_gpt(*base, *self.offload_flags())
+        self.assertNotIn("memory filesystem", p.stdout)
+
     def test_bad_offload_flags_and_directories_fail_before_training(self):
         a_file = self.p("a_file")
         with open(a_file, "w") as f:
