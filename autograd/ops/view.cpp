@@ -2,6 +2,7 @@
 // backward maps the gradient back to the input's shape (inverse permutation, scatter of a
 // slice into zeros, reshape back).
 #include <numeric>
+#include <optional>
 
 #include "autograd/node.h"
 #include "autograd/ops.h"
@@ -40,6 +41,35 @@ Shape infer_shape(const Tensor& a, const Shape& shape) {
   return out;
 }
 
+// The strides that show `a`'s elements in `shape` without moving them, or nothing when its
+// layout does not allow it (then reshape copies). `a`'s dimensions fall into runs that are laid
+// out as one block (stride[d - 1] == size[d] x stride[d]; size-1 dimensions join any run); the new
+// dimensions are carved out of those runs from the innermost out, and each must end exactly where
+// a run ends.
+std::optional<Shape> view_strides(const Tensor& a, const Shape& shape) {
+  const Shape &old = a.shape(), &old_strides = a.strides();
+  if (a.numel() <= 1 || old.empty()) return contiguous_strides(shape);
+  Shape out(shape.size());
+  int64_t nd = static_cast<int64_t>(shape.size()) - 1;  // the next new dimension to place
+  int64_t run_base = old_strides.back(), run_numel = 1, placed = 1;
+  for (int64_t d = static_cast<int64_t>(old.size()) - 1; d >= 0; --d) {
+    run_numel *= old[d];
+    const bool run_ends = d == 0 || (old[d - 1] != 1 && old_strides[d - 1] != run_numel * run_base);
+    if (!run_ends) continue;
+    for (; nd >= 0 && (placed < run_numel || shape[nd] == 1); --nd) {
+      out[nd] = placed * run_base;
+      placed *= shape[nd];
+    }
+    if (placed != run_numel) return std::nullopt;
+    if (d > 0) {
+      run_base = old_strides[d - 1];
+      run_numel = placed = 1;
+    }
+  }
+  if (nd >= 0) return std::nullopt;
+  return out;
+}
+
 Tensor reshape_backward_fn(const Tensor& a, Tensor out) {
   return autograd::record("reshape", {a}, out, [in_shape = a.shape()](const TensorList& g) {
     return TensorList{reshape(g[0], in_shape)};
@@ -51,15 +81,19 @@ Tensor reshape_backward_fn(const Tensor& a, Tensor out) {
 Tensor view(const Tensor& a, const Shape& shape) {
   check_defined(a, "view", "a");
   Shape s = infer_shape(a, shape);
-  ZDL_CHECK(a.is_contiguous(), "view: tensor of shape=", shape_str(a.shape()), " strides=", shape_str(a.strides()),
-            " is not contiguous; use reshape() (which copies) or contiguous() first");
-  return reshape_backward_fn(a, make_view(a, s, contiguous_strides(s), a.offset()));
+  std::optional<Shape> strides = view_strides(a, s);
+  ZDL_CHECK(strides.has_value(), "view: tensor of shape=", shape_str(a.shape()), " strides=", shape_str(a.strides()),
+            " cannot be seen as shape=", shape_str(s), " without a copy; use reshape() (which copies then) or ",
+            "contiguous() first");
+  return reshape_backward_fn(a, make_view(a, s, *strides, a.offset()));
 }
 
+// A view wherever the strides allow (the q/k/v split of a fused projection stays in place), a copy
+// otherwise.
 Tensor reshape(const Tensor& a, const Shape& shape) {
   check_defined(a, "reshape", "a");
   Shape s = infer_shape(a, shape);
-  if (a.is_contiguous()) return reshape_backward_fn(a, make_view(a, s, contiguous_strides(s), a.offset()));
+  if (std::optional<Shape> strides = view_strides(a, s)) return reshape_backward_fn(a, make_view(a, s, *strides, a.offset()));
   return view(contiguous(a), s);
 }
 
@@ -168,10 +202,30 @@ std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, in
   std::vector<Tensor> out;
   int64_t at = 0;
   for (int64_t s : sizes) {
-    out.push_back(slice(a, d, at, at + s));
+    Shape shape = a.shape();
+    shape[d] = s;
+    out.push_back(make_view(a, shape, a.strides(), a.offset() + at * a.strides()[d]));
     at += s;
   }
-  return out;
+  // One node for all parts: the input's gradient is one buffer that each part's gradient is copied
+  // into (zeros only where a part got none), not a zero-filled buffer per part summed afterwards.
+  return autograd::record_multi("split", {a}, out, [in_shape = a.shape(), sizes, d](const TensorList& g) {
+    const Tensor* any = nullptr;
+    bool all = true;
+    for (const Tensor& t : g) {
+      if (t.defined() && !any) any = &t;
+      all = all && t.defined();
+    }
+    if (!any) return TensorList{Tensor()};
+    Tensor gi = all ? Tensor::empty(in_shape, any->dtype(), any->device())
+                    : Tensor::zeros(in_shape, any->dtype(), any->device());
+    int64_t begin = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (g[i].defined() && sizes[i] > 0) slice(gi, d, begin, begin + sizes[i]).copy_(g[i]);
+      begin += sizes[i];
+    }
+    return TensorList{gi};
+  });
 }
 
 std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim) {

@@ -2,6 +2,7 @@
 // including non-contiguous inputs, plus forward values and error messages.
 #include <gtest/gtest.h>
 
+#include "autograd/node.h"
 #include "gradcheck.h"
 
 namespace zdl {
@@ -32,6 +33,13 @@ TEST(Views, SliceSplitCatGradients) {
         return cat({mul(parts[2], parts[0]), square(parts[1])}, 1);
       },
       {rand_leaf({3, 7}, 12)});
+  // A part that gets no gradient: its slice of the input's gradient is zero.
+  expect_gradcheck(
+      [](const TL& x) {
+        auto parts = split(x[0], 2, 1);
+        return mul(parts[0], parts[2]);
+      },
+      {rand_leaf({3, 6}, 15)});
   expect_gradcheck([](const TL& x) { return cat({x[0], x[1], x[0]}, 0); },
                    {rand_noncontiguous_leaf({2, 3}, 13), rand_leaf({4, 3}, 14)});
 }
@@ -46,10 +54,57 @@ TEST(Views, ShareStorageAndComputeRightValues) {
   ASSERT_EQ(parts.size(), 2u);
   EXPECT_EQ(parts[1].shape(), (Shape{3, 1}));
   EXPECT_EQ(parts[1].to_vector(), (std::vector<double>{3, 7, 11}));
+  // One node for the parts: the input's gradient is assembled in one buffer.
+  Tensor leaf = Tensor::zeros({3, 4}, DType::F64);
+  leaf.set_requires_grad(true);
+  auto thirds = split(leaf, {1, 2, 1}, 1);
+  ASSERT_NE(thirds[0].grad_fn(), nullptr);
+  EXPECT_EQ(thirds[0].grad_fn(), thirds[2].grad_fn());
+  EXPECT_EQ(thirds[1].grad_fn()->name(), "split");
   Tensor c = cat({a, a}, 0);
   EXPECT_EQ(c.shape(), (Shape{6, 4}));
   EXPECT_EQ(reshape(transpose(a, 0, 1), {12}).to_vector(),
             (std::vector<double>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
+}
+
+// reshape is a view wherever the strides allow, as in PyTorch: the q, k, v thirds of a fused
+// [B, T, 3C] projection split into heads without a copy (what the GPU's attention reads), while a
+// layout that cannot be seen in the new shape is copied. Every case against the copy's values.
+TEST(Views, ReshapeIsAViewWhereverTheStridesAllow) {
+  const int64_t B = 2, T = 3, NH = 2, HS = 4, C = NH * HS;
+  Tensor qkv = Tensor::randn({B, T, 3 * C}, 50, DType::F64);
+  auto expect_view = [](const Tensor& got, const Tensor& from, const Shape& strides, const std::string& what) {
+    EXPECT_EQ(got.storage(), from.storage()) << what << ": copied";
+    ASSERT_EQ(got.strides().size(), strides.size()) << what;
+    for (size_t d = 0; d < strides.size(); ++d)  // a size-1 dimension's stride is never used
+      if (got.size(static_cast<int64_t>(d)) > 1) EXPECT_EQ(got.strides()[d], strides[d]) << what << ", dimension " << d;
+    EXPECT_EQ(got.to_vector(), reshape(contiguous(from), got.shape()).to_vector()) << what;
+  };
+  for (int part = 0; part < 3; ++part) {
+    Tensor third = split(qkv, C, 2)[static_cast<size_t>(part)];  // [B, T, C], strides {3TC, 3C, 1}
+    Tensor heads = reshape(third, {B, T, NH, HS});
+    expect_view(heads, third, {T * 3 * C, 3 * C, HS, 1}, "q/k/v " + std::to_string(part) + " into heads");
+    EXPECT_EQ(transpose(heads, 1, 2).strides(), (Shape{T * 3 * C, HS, 3 * C, 1}));
+    expect_view(view(third, {B * T, C}), third, {3 * C, 1}, "B and T merged, C kept");
+  }
+  Tensor t = transpose(Tensor::randn({4, 6}, 51, DType::F64), 0, 1);  // [6, 4], strides {1, 6}
+  expect_view(reshape(t, {2, 3, 4}), t, {3, 1, 6}, "a transposed dimension split");
+  expect_view(reshape(t, {6, 1, 4, 1}), t, {1, 1, 6, 1}, "size-1 dimensions added");
+  expect_view(reshape(unsqueeze(t, 1), {6, 4}), t, {1, 6}, "a size-1 dimension dropped");
+  // Merging the heads back ([B, NH, T, HS] -> [B, T, C] after a transpose) cannot be a view.
+  Tensor y = transpose(Tensor::randn({B, NH, T, HS}, 52, DType::F64), 1, 2);
+  Tensor merged = reshape(y, {B, T, C});
+  EXPECT_NE(merged.storage(), y.storage());
+  EXPECT_TRUE(merged.is_contiguous());
+  EXPECT_EQ(merged.to_vector(), contiguous(y).to_vector());
+  // The gradient of the fused projection through the views.
+  expect_gradcheck(
+      [&](const TL& x) {
+        auto parts = split(x[0], C, 2);
+        auto h = [&](const Tensor& p) { return transpose(reshape(p, {B, T, NH, HS}), 1, 2); };
+        return mul(mul(h(parts[0]), h(parts[1])), h(parts[2]));
+      },
+      {rand_leaf({B, T, 3 * C}, 53)});
 }
 
 TEST(Views, ErrorsNameShapes) {
@@ -63,7 +118,7 @@ TEST(Views, ErrorsNameShapes) {
     }
   };
   expect_msg([&] { reshape(a, {5, 3}); }, "[3,4]");
-  expect_msg([&] { view(transpose(a, 0, 1), {12}); }, "not contiguous");
+  expect_msg([&] { view(transpose(a, 0, 1), {12}); }, "cannot be seen as shape=[12] without a copy");
   expect_msg([&] { cat({a, Tensor::zeros({3, 5})}, 0); }, "[3,5]");
   expect_msg([&] { split(a, {1, 2}, 1); }, "[1,2]");
   expect_msg([&] { permute(a, {0, 0}); }, "repeated");
