@@ -23,8 +23,23 @@ bool on_memory_filesystem(const std::string& dir) {
   return ::statfs(dir.c_str(), &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC);
 }
 
+// How the ranks' scratch files move their bytes: a rank's filesystem may refuse direct I/O where
+// another's takes it (node-local disks). Collective: every rank announces.
+std::string offload_io_of_all_ranks(const Session& x) {
+  const dist::NvmeStore* nvme = x.zero.nvme_store();
+  if (!nvme) return "";
+  dist::CommPhaseScope phase(dist::CommPhase::Metrics);
+  const int n = x.comm.size();
+  const int direct = static_cast<int>(x.comm.all_reduce_sum(nvme->direct() ? 1.0 : 0.0));
+  if (direct == n) return "direct I/O";
+  if (!x.s.offload.direct_io) return "through the page cache";
+  if (direct == 0) return "through the page cache: the filesystem refuses direct I/O";
+  return detail::str("direct I/O on ", direct, " of ", n, " ranks; the others through the page cache: ",
+                     "their filesystems refuse direct I/O");
+}
+
 // The console's lines, rank 0 alone.
-void print_run(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
+void print_run(const Session& x, const DeviceInfo& gpu, int64_t first_step, const std::string& offload_io) {
   const Args& a = x.a;
   const Setup& s = x.s;
   auto say = [&](const std::string& m) {
@@ -49,10 +64,7 @@ void print_run(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
                     dist::offload_target_name(s.offload.params), " | rank 0 keeps ", format_bytes(off.total_current),
                     " of model states in ", std::filesystem::absolute(nvme->dir()).string(), " (optimizer states ",
                     format_bytes(off.current_of(MemoryCategory::OptimizerState)), ", parameter shards ",
-                    format_bytes(off.current_of(MemoryCategory::ParameterShard)), "; ",
-                    nvme->direct()             ? "direct I/O"
-                    : s.offload.direct_io      ? "through the page cache: the filesystem refuses direct I/O"
-                                               : "through the page cache", ")"));
+                    format_bytes(off.current_of(MemoryCategory::ParameterShard)), "; ", offload_io, ")"));
     if (on_memory_filesystem(nvme->dir()))
       say(detail::str("offload: warning: ", nvme->dir(), " is on a memory filesystem (tmpfs): the offloaded states stay ",
                       "in this machine's memory; name a directory on a disk to free it"));
@@ -67,7 +79,7 @@ void print_run(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
 }  // namespace
 
 void announce(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
-  print_run(x, gpu, first_step);
+  print_run(x, gpu, first_step, offload_io_of_all_ranks(x));
   const Args& a = x.a;
   const Setup& s = x.s;
   s.metrics->write({{"type", "config"},

@@ -378,6 +378,29 @@ class TrainGptFaults(unittest.TestCase):
         for resume_flags in (plain, off):
             self.assert_resumes_exactly(ck, 1000000, k + 3, ranks, plain, resume_extra=resume_flags)
 
+    def test_the_offload_line_says_how_every_rank_moves_its_bytes(self):
+        # Direct I/O where the filesystem takes it (probed here the way the store does), the page
+        # cache otherwise or when asked; the same on every rank, so the line names one mode.
+        off = self.p("offload")
+        os.makedirs(off, exist_ok=True)
+        probe = os.path.join(off, "probe")
+        try:
+            os.close(os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600))
+            direct = True
+        except OSError:
+            direct = False
+        finally:
+            if os.path.exists(probe):
+                os.unlink(probe)
+        ranks = 2 if MPIRUN else 0
+        base = ["--data", self.data, *SMALL, "--steps", "1", "--zero-stage", "3", "--offload-optimizer", "nvme",
+                "--offload-dir", off]
+        p = self.run_gpt(*base, ranks=ranks)
+        want = "; direct I/O)" if direct else "; through the page cache: the filesystem refuses direct I/O)"
+        self.assertIn(want, p.stdout)
+        p = self.run_gpt(*base, "--offload-io", "cached", ranks=ranks)
+        self.assertIn("; through the page cache)", p.stdout)
+
     def test_an_offload_dir_on_tmpfs_is_warned_about(self):
         # tmpfs keeps its files in memory: the run goes on, and says that offload frees nothing there.
         shm = "/dev/shm"
