@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "dist/comm/communicator.h"
+#include "dist/offload/disk_bandwidth.h"
 #include "dist/offload/nvme_store.h"
 #include "dist/zero/partitioner.h"
 #include "dist/zero/trainer.h"
@@ -38,27 +39,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-// GB/s of rewriting then reading `bytes` through an NvmeStore in `dir` (64 MiB pieces, 2 I/O threads).
-std::pair<double, double> disk_bandwidth(const std::string& dir, const std::string& prefix, int64_t bytes, bool direct) {
-  dist::NvmeStore store(dir, prefix, direct);
-  const int64_t piece = 64 << 20, n = std::max<int64_t>(1, (bytes + piece - 1) / piece);
-  Tensor buffer = Tensor::full({piece / 4}, 1.0, DType::I32);  // page aligned, as the states are
-  char* buf = static_cast<char*>(buffer.raw_data());
-  std::vector<int64_t> at;
-  for (int64_t i = 0; i < n; ++i) at.push_back(store.reserve(piece, "the bandwidth probe"));
-  auto run = [&](bool write) {
-    const auto t0 = Clock::now();
-    std::vector<std::shared_future<void>> io;
-    for (int64_t i = 0; i < n; ++i)
-      io.push_back(write ? store.write_async(at[i], buf, piece) : store.read_async(at[i], buf, piece));
-    for (auto& f : io) f.get();
-    return static_cast<double>(n * piece) / (ms_since(t0) / 1000.0) / 1e9;
-  };
-  run(true);  // the first write of a region allocates its blocks; a run rewrites them
-  const double w = run(true);
-  return {w, run(false)};
-}
 
 struct ModeResult {
   std::string name;
@@ -112,7 +92,14 @@ int run(int argc, char** argv) {
     else if (k == "--batch") B = std::atoll(v.c_str());
     else if (k == "--steps") steps = std::atoll(v.c_str());
     else if (k == "--warmup") warmup = std::atoll(v.c_str());
-    else if (k == "--window-mib") window_mib = std::atof(v.c_str());
+    else if (k == "--window-mib") {
+      char* end = nullptr;
+      window_mib = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(window_mib >= 0 && window_mib <= 1e9)) {
+        std::fprintf(stderr, "offload_bench: --window-mib takes MiB from 0 to 1e9, got %s\n%s", v.c_str(), kUsage);
+        return 2;
+      }
+    }
     else {
       std::fprintf(stderr, "offload_bench: unknown flag %s\n%s", k.c_str(), kUsage);
       return 2;
@@ -195,7 +182,7 @@ int run(int argc, char** argv) {
   // The disk's bandwidth for the largest mode's traffic (each rank measures its own share at once).
   comm->barrier();
   const auto [write_gbs, read_gbs] =
-      disk_bandwidth(dir, comm->prefix(), std::max<int64_t>(results.back().bytes_per_step / 2, 1), io == "direct");
+      dist::measure_disk_bandwidth(dir, comm->prefix(), std::max<int64_t>(results.back().bytes_per_step / 2, 1), io == "direct");
   const double gbs = 2.0 / (1.0 / write_gbs + 1.0 / read_gbs);  // half written, half read
   if (!lead) return 0;
   std::printf("ZeRO-3 on %d ranks, GPT L%lld H%lld C%lld T%lld B%lld %s (%lld parameters), %lld steps after %lld warm-up\n",

@@ -135,8 +135,9 @@ void add_zero_flags(CLI::App& app, Args& a) {
                  "direct: bypass the page cache where the filesystem allows (default); cached: through it")
       ->check(CLI::IsMember({"direct", "cached"}));
   app.add_option("--offload-window-mib", a.offload_window_mib,
-                 "with --offload-optimizer nvme: MiB of optimizer states kept in memory outside the optimizer step, "
-                 "so their reads run under the backward and their writes under the next forward (default 0)")
+                 "with --offload-optimizer nvme: MiB of optimizer states (moments and masters; in f32 with "
+                 "--offload-params nvme the master is the parameter shard) kept in memory outside the optimizer "
+                 "step, so their reads run under the backward and their writes under the next forward (default 0)")
       ->check(CLI::Range(0.0, 1.0e9));
   app.add_option("--collective-timeout", a.collective_timeout,
                  "seconds a collective may take before the watchdog fails the run (default 300; at most a year)")

@@ -8,11 +8,12 @@
 //   unit's backward ends (its activations are freed then), and wait() makes them resident when
 //   the step begins, so the step neither reads them nor writes them (a Resident scope leaves a
 //   buffer that was already resident in memory);
-// - when the step ends they are evicted: their writes run under the next forward, and each unit's
-//   bytes are released once its writes are done.
-// So the window's states are in memory from the backward to the next forward, where a step's
-// activations are fewest, and the window adds at most `budget` bytes to what the step itself holds
-// (three units). The bytes on the disk and the arithmetic are those without it.
+// - when the step ends they are evicted: their writes run from then on, and the first unit's
+//   forward of the next step waits for what is left of them and releases their bytes.
+// So the window's states are in memory from the backward to the start of the next forward, where a
+// step's activations are fewest, at the same points of every step whatever the disk's speed, and
+// the window adds at most `budget` bytes to what the step itself holds (three units). The bytes on
+// the disk and the arithmetic are those without it.
 //
 //   OptimizerWindow w(budget, states);  // per unit in update order: what its update reads and writes
 //   w.unit_backward_done();   // post-backward hook of the step's last micro-step
@@ -37,17 +38,23 @@ class OptimizerWindow {
 
   // A unit's backward ended in the step's last micro-step: the next window unit's read is queued.
   void unit_backward_done();
-  // A unit's forward ended: window units whose writes are done release their bytes.
+  // A unit's forward ended: the first after a step finishes the window's writes, releasing them.
   void unit_forward_done();
   void step_begins();  // the window's reads are waited for: its units are resident for the step
-  void step_ended();   // the window's units are evicted: their writes run under the next forward
+  void step_ended();   // the window's units are evicted: their writes run from now on
+  // The gradients are zeroed: states read ahead for a step that did not run (a skipped
+  // non-finite step) leave memory; after a step this does nothing.
+  void release_unused();
+  // The bytes of unit 0's states: the smallest window that holds a unit.
+  int64_t first_unit_bytes() const { return first_unit_bytes_; }
 
  private:
   std::vector<Buffers> states_;
   size_t k_ = 0;
   int64_t bytes_ = 0;
+  int64_t first_unit_bytes_ = 0;
   size_t backward_done_ = 0;  // units whose backward ended since the last step
-  bool writing_ = false;      // window units may still hold bytes after their writes
+  bool writing_ = false;      // the window's writes of the last step are not settled yet
 };
 
 }  // namespace zdl::dist

@@ -135,7 +135,7 @@ void ZeroPartitioner::check_offload_options() const {
   ZDL_CHECK(!o.any_nvme() || !o.dir.empty(), p, " NVMe offload needs a directory for its scratch files (--offload-dir)");
   ZDL_CHECK(o.window_bytes >= 0, p, " the optimizer offload window must be >= 0 bytes, got ", o.window_bytes);
   ZDL_CHECK(o.window_bytes == 0 || o.optimizer == OffloadTarget::Nvme, p,
-            " an optimizer offload window (--offload-window) holds optimizer states that live on NVMe; it needs "
+            " an optimizer offload window (--offload-window-mib) holds optimizer states that live on NVMe; it needs "
             "optimizer offload to nvme (--offload-optimizer nvme)");
 }
 
@@ -519,6 +519,7 @@ void ZeroPartitioner::set_optimizer_states(std::vector<std::vector<OffloadedBuff
 
 void ZeroPartitioner::zero_grad() {
   finish_reduction();  // no buffer is zeroed or freed under a pending collective
+  if (window_) window_->release_unused();
   for (auto& u : units_) u->zero_grad();
   grad_sync_ = true;
 }

@@ -69,9 +69,14 @@ void print_run(const Session& x, const DeviceInfo& gpu, int64_t first_step, cons
       say(detail::str("offload: warning: ", nvme->dir(), " is on a memory filesystem (tmpfs): the offloaded states stay ",
                       "in this machine's memory; name a directory on a disk to free it"));
     if (const dist::OptimizerWindow* w = x.zero.optimizer_window())
-      say(detail::str("offload window ", format_bytes(s.offload.window_bytes), ": rank 0 moves the optimizer states of ",
-                      w->units(), " of ", x.zero.units().size(), " units (", format_bytes(w->bytes()),
-                      ") outside the step: read under the backward, written under the next forward"));
+      say(w->units() == 0
+              ? detail::str("offload window ", format_bytes(s.offload.window_bytes), ": holds no unit on rank 0 (the ",
+                            "first unit's optimizer states take ", format_bytes(w->first_unit_bytes()),
+                            "): every state moves in the optimizer step")
+              : detail::str("offload window ", format_bytes(s.offload.window_bytes),
+                            ": rank 0 moves the optimizer states of ", w->units(), " of ", x.zero.units().size(),
+                            " units (", format_bytes(w->bytes()),
+                            ") outside the step: read under the backward, written under the next forward"));
   }
   if (s.resumed) say(detail::str("resumed from ", a.resume, " at step ", first_step));
 }

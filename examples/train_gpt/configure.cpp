@@ -89,7 +89,7 @@ void check_offload(const Args& a, const CLI::App& app, Setup& s, int world, int 
   o.dir = a.offload_dir;
   o.direct_io = a.offload_io == "direct";
   o.window_bytes = static_cast<int64_t>(a.offload_window_mib * 1024.0 * 1024.0);
-  if (given(app, "--offload-window-mib") && o.optimizer != dist::OffloadTarget::Nvme)
+  if (o.window_bytes > 0 && o.optimizer != dist::OffloadTarget::Nvme)
     throw UsageError("--offload-window-mib holds optimizer states that live on NVMe; it needs --offload-optimizer nvme");
   if (!o.any_nvme()) {
     for (const char* flag : {"--offload-dir", "--offload-io"})

@@ -177,10 +177,17 @@ CapProbe Walkthrough::probe(ZeroStage stage, int64_t n_layer, int64_t cap, int64
     dist::ZeroAdamW opt(zero, {.lr = a_.lr, .beta1 = 0.9, .beta2 = 0.95}, 0.1);
     data::TokenDataset ds = dataset();
     dist::Trainer trainer = make_trainer(zero, opt);
-    for (int64_t s = 0; s < steps; ++s)
+    for (int64_t s = 0; s < steps; ++s) {
+      const dist::NvmeStore* nvme = zero.nvme_store();
+      const int64_t read0 = nvme ? nvme->bytes_read() : 0, written0 = nvme ? nvme->bytes_written() : 0;
+      if (nvme) comm_.barrier();  // offload's step times start together (the cost table)
+      const auto t0 = std::chrono::steady_clock::now();
       p.losses.push_back(trainer.step(s, step_rows(ds), [&](const Tensor& x, const Tensor& y) {
                                   return model->loss(x, y);
                                 }).loss);
+      p.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      if (nvme) p.disk.emplace_back(nvme->bytes_read() - read0, nvme->bytes_written() - written0);
+    }
   } catch (const OutOfMemoryError& e) {
     p.fits = false;
     p.error = e.what();

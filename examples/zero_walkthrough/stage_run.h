@@ -62,6 +62,8 @@ struct CapProbe {
   int64_t peak = 0;  // total bytes on this rank, at the step's peak (absolute, as the cap sees it)
   std::string error;
   std::vector<double> losses;
+  std::vector<double> step_ms;                        // each step's wall time
+  std::vector<std::pair<int64_t, int64_t>> disk;      // offload: bytes (read, written) by each step
 };
 
 class Walkthrough {

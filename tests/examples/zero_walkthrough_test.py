@@ -103,6 +103,12 @@ def check_run(exe, np_, mpiexec, preflags, out, predict_exe=None):
     print(res.stdout)
     expect(res.returncode == 0, f"N={np_}: exit code {res.returncode}")
     expect("all checks passed" in res.stdout, f"N={np_}: the example did not report 'all checks passed'")
+    # Offload's cost table: its bytes per step are checked against the closed form by the example itself
+    # (a mismatch fails it); here, that every mode printed its row.
+    cost = res.stdout.split("What a step moves and costs with offload", 1)
+    expect(len(cost) == 2, f"N={np_}: no offload cost table")
+    for mode in ("none", "optimizer", "optimizer+params", "optimizer+params, window"):
+        expect(len(cost) == 2 and f"\n    {mode} " in cost[1], f"N={np_}: the offload cost table has no {mode!r} row")
     N = np_
     psi, P, mem, traffic = closed_forms(N)
     if N == 2:
