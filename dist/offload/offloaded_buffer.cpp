@@ -1,6 +1,5 @@
 #include "dist/offload/offloaded_buffer.h"
 
-#include <chrono>
 #include <iostream>
 #include <utility>
 
@@ -89,13 +88,6 @@ void OffloadedBuffer::settle() {
   }
   storage_->release();
   state_ = State::Evicted;
-}
-
-bool OffloadedBuffer::settle_if_done() {
-  if (state_ != State::Evicting) return true;
-  if (io_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
-  settle();
-  return true;
 }
 
 void settle(const std::vector<OffloadedBuffer*>& buffers) {

@@ -48,8 +48,6 @@ class OffloadedBuffer {
   void evict();
   // Evicting -> Evicted: waits for the write (throws its I/O error), then releases the bytes.
   void settle();
-  // settle() if the write is done; false while it is still running. Never waits.
-  bool settle_if_done();
 
   int64_t bytes() const { return bytes_; }
 
