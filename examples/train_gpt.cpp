@@ -116,6 +116,25 @@ void add_zero_flags(CLI::App& app, Args& a) {
       ->check(CLI::Range(0, 3));
   app.add_option("--dtype", a.dtype, "compute and communication dtype: f32 or bf16 (masters and Adam stay f32)");
   app.add_option("--prefetch", a.prefetch, "ZeRO-3: units all-gathered ahead of use")->check(CLI::Range(0, 64));
+  app.add_option("--shard-group", a.shard_group,
+                 "hybrid sharding (stages 1-3): shard the model states within groups of K consecutive ranks and "
+                 "replicate them across groups; K = the ranks per node keeps gathers and reduce-scatters on the node "
+                 "(default: all ranks; bit-identical either way)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--secondary-partition", a.secondary_partition,
+               "ZeRO-3 (ZeRO++'s hpZ): keep each unit's gathered parameters cut over this node's ranks from its "
+               "forward to its backward, so the backward's gathers stay on the node (more memory; the same bits)");
+  app.add_option("--quantize-weights", a.quantize_weights,
+                 "ZeRO-3 (ZeRO++'s qwZ): int8 moves the parameter gathers as int8 codes with a scale per 256 "
+                 "values, 1/4 of f32's bytes; the forward and backward see weights within 1/254 of each block's "
+                 "largest, so the losses drift from the exact run's (docs/multinode.md); default none")
+      ->check(CLI::IsMember({"none", "int8"}));
+  app.add_option("--quantize-grads", a.quantize_grads,
+                 "stages 1-3 on several nodes (ZeRO++'s qgZ): int8 moves the gradient reduce-scatter as int8 codes "
+                 "in two hops, within each node and then across nodes with the node's partial sums, so about 1/R "
+                 "of the gradient crosses nodes; the losses drift from the exact run's (docs/multinode.md); "
+                 "default none")
+      ->check(CLI::IsMember({"none", "int8"}));
   app.add_option("--reduction", a.reduction,
                  "gradient sums: exact (a fixed tree: the same bits at any world size with the same --batch/N) or "
                  "native (the MPI library's own order)")
@@ -162,6 +181,10 @@ void add_device_flags(CLI::App& app, Args& a) {
                  "collectives: auto (cuda: NCCL when every rank has its own GPU, else MPI staged through host "
                  "memory), mpi, nccl (cuda only)")
       ->check(CLI::IsMember({"auto", "mpi", "nccl"}));
+  app.add_option("--ranks-per-node", a.ranks_per_node,
+                 "treat every K consecutive ranks as one node (default: the hosts mpirun placed the ranks on): the "
+                 "traffic report splits bytes within and across nodes; try a multi-node layout on one machine")
+      ->check(CLI::PositiveNumber);
   app.add_option("--peak-tflops", a.peak_tflops,
                  "the GPU's peak bf16 TFLOP/s for MFU (default: from its name, e.g. H100 989, A100 312)")
       ->check(CLI::PositiveNumber);
@@ -179,7 +202,7 @@ void add_device_flags(CLI::App& app, Args& a) {
 dist::InitOptions init_options(const Args& a) {
   if (a.device == "cpu") {
     if (a.dist_backend == "nccl") throw UsageError("--dist-backend nccl needs --device cuda");
-    return {.device = Device::cpu(), .backend = a.dist_backend};
+    return {.device = Device::cpu(), .backend = a.dist_backend, .ranks_per_node = a.ranks_per_node};
   }
 #ifndef ZDL_WITH_CUDA
   throw UsageError("--device cuda: this zerodl build has no CUDA support (configure with -DZDL_CUDA=ON and a "
@@ -189,7 +212,7 @@ dist::InitOptions init_options(const Args& a) {
     throw UsageError("--device cuda: no CUDA device is visible on this machine (driver loaded? "
                      "CUDA_VISIBLE_DEVICES?)");
   // dist::init makes GPU (local rank % device count) current before anything touches a GPU.
-  return {.device = Device::cuda(), .backend = a.dist_backend};
+  return {.device = Device::cuda(), .backend = a.dist_backend, .ranks_per_node = a.ranks_per_node};
 }
 
 // ---- the run ----
@@ -215,6 +238,10 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
                                                             .reduction = a.reduction == "exact"
                                                                              ? dist::GradReduction::Exact
                                                                              : dist::GradReduction::Native,
+                                                            .shard_group = a.shard_group,
+                                                            .secondary_partition = a.secondary_partition,
+                                                            .quantize_weights = a.quantize_weights == "int8",
+                                                            .quantize_grads = a.quantize_grads == "int8",
                                                             .offload = s.offload});
   std::shared_ptr<nn::GPT> model = build_model(zero, a, s.cfg);
   if (!a.init_from.empty() && !s.resumed) load_init_from(comm, zero, *model, a.init_from);

@@ -10,6 +10,8 @@
 //   zero_predict --n-layer 2 --n-embd 35 --n-head 5 --vocab 256 --seq 32 --ranks 2 --out DIR
 //   zero_predict --model gpt2-xl --ranks 8,64 --dtype bf16 --tflops 400 --link-gbps 50  # + overlap
 //   zero_predict --model gpt2-xl --ranks 8 --offload-optimizer nvme --offload-params nvme  # + offload
+//   zero_predict --model gpt2-xl --ranks 8,64,1024 --dtype bf16 --ranks-per-node 8 \
+//       --tflops 400 --intra-gbps 450 --inter-gbps 200 --micro-batch 8   # past one node
 //
 // --out writes predict_memory_n<N>.csv and predict_traffic_n<N>.csv in the columns of the
 // walkthrough's memory_n<N>.csv and traffic_n<N>.csv, so a prediction and a measurement of the
@@ -31,6 +33,11 @@
 // per stage, what stays in memory after a step, what lives on the rank's disk, and the bytes a
 // step of --grad-accum micro-steps reads and writes there (dist::offloaded_bytes_closed_form,
 // dist::offload_traffic_closed_form).
+//
+// With --ranks-per-node R: per N, the layouts past one node (DDP, ZeRO-3, hybrid sharding with
+// a node as the group, ZeRO-3 with hpZ, all of ZeRO++): model states per rank and bytes per step
+// within and across nodes; with --tflops --intra-gbps --inter-gbps, a step's time between no
+// overlap and full overlap (print_cluster below; docs/multinode.md).
 //
 // Exit codes: 0 done, 2 bad flags.
 #include <CLI/CLI.hpp>
@@ -66,6 +73,9 @@ struct Args {
   double tflops = 0, link_gbps = 0, link_latency_us = 5;  // the overlap model (0: not asked)
   std::string offload_optimizer = "none", offload_params = "none";
   int64_t grad_accum = 1;  // micro-steps per step: the parameter-offload reads of the gathers
+  // The cluster (docs/multinode.md): ranks per node, and with --tflops each link's bandwidth.
+  int64_t ranks_per_node = 0;
+  double intra_gbps = 0, inter_gbps = 0;
   std::string out;
 };
 
@@ -235,6 +245,71 @@ void print_offload(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::Ele
   }
 }
 
+// Past one node: each layout's model states per rank and bytes per step within and across
+// nodes (dist::traffic_closed_form on a RankLayout, the forms the tests check against the
+// ledger), and with --tflops a step's time on the stated links. The time model: compute
+// 6 Psi tokens / F (fwd + bwd) plus, with nothing overlapped, the bytes within the node over
+// --intra-gbps and the bytes across over the node's --inter-gbps shared by its R ranks, plus a
+// latency of log2(n) x --link-latency-us per collective over n ranks. With perfect overlap the step
+// takes the larger of compute and communication; the truth lies between (the walkthrough's
+// overlap chapter measures how much of ZeRO-3's traffic prefetch hides).
+void print_cluster(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBytes e) {
+  const int64_t R = a.ranks_per_node;
+  if (N < R || N % R != 0) {
+    std::printf("  (the cluster: N = %lld is not a whole number of nodes of %lld ranks)\n", static_cast<long long>(N),
+                static_cast<long long>(R));
+    return;
+  }
+  const dist::PaddedUnits units = dist::gpt_padded_units(cfg, N);
+  std::vector<int64_t> sizes{units.root};
+  sizes.insert(sizes.end(), units.blocks.begin(), units.blocks.end());
+  struct Layout {
+    const char* name;
+    ZeroStage stage;
+    dist::RankLayout layout;
+  };
+  const bool several = N > R;
+  std::vector<Layout> layouts = {{"DDP", ZeroStage::DDP, {.N = N, .ranks_per_node = R}},
+                                 {"ZeRO-3", ZeroStage::Three, {.N = N, .ranks_per_node = R}}};
+  if (several) {
+    layouts.push_back({"HSDP (ZeRO-3, K = R)", ZeroStage::Three, {.N = N, .shard_group = R, .ranks_per_node = R}});
+    layouts.push_back({"ZeRO-3 + hpZ", ZeroStage::Three, {.N = N, .ranks_per_node = R, .secondary_partition = true}});
+    layouts.push_back({"ZeRO++ (hpZ qwZ qgZ)", ZeroStage::Three,
+                       {.N = N, .ranks_per_node = R, .secondary_partition = true, .quantize_weights = true,
+                        .quantize_grads = true}});
+  }
+  const double tokens = static_cast<double>(a.micro_batch * a.seq);
+  const double compute_s = a.tflops > 0 ? cfg.training_flops_per_token(a.seq) * tokens / (a.tflops * 1e12) : 0;
+  std::printf("  past one node: %lld node(s) of %lld ranks; per rank and step (micro-step)%s\n",
+              static_cast<long long>(N / R), static_cast<long long>(R),
+              a.tflops > 0 ? detail::str("; step time on ", a.intra_gbps, " GB/s within a node per rank, ", a.inter_gbps,
+                                         " GB/s per node across, ", a.link_latency_us, " us, ", a.tflops,
+                                         " TFLOP/s: compute ", fixed4(compute_s * 1e3), " ms").c_str()
+                           : "");
+  std::printf("  %-22s %12s %12s %12s %12s%s\n", "layout", "states", "wire", "within node", "across", a.tflops > 0 ? "   step ms (no overlap .. full overlap)" : "");
+  for (const Layout& l : layouts) {
+    int64_t states = 0, wire = 0, inter = 0;
+    for (const auto& [cat, bytes] : dist::state_bytes_closed_form(l.stage, units.total(), l.layout.K(), e)) states += bytes;
+    double latency = 0;
+    for (const dist::ExpectedTraffic& t : dist::traffic_closed_form(l.stage, sizes, l.layout, e)) {
+      wire += t.wire;
+      inter += t.inter_node;
+      const double group = t.phase == dist::CommPhase::Other ? static_cast<double>(l.layout.K())
+                           : t.inter_node > 0                 ? static_cast<double>(N)
+                                                              : static_cast<double>(std::min(R, l.layout.K()));
+      latency += static_cast<double>(t.calls) * std::log2(std::max(2.0, group)) * a.link_latency_us * 1e-6;
+    }
+    std::printf("  %-22s %12s %12s %12s %12s", l.name, gib(states).c_str(), gib(wire).c_str(), gib(wire - inter).c_str(),
+                gib(inter).c_str());
+    if (a.tflops > 0) {
+      const double comm_s = static_cast<double>(wire - inter) / (a.intra_gbps * 1e9) +
+                            static_cast<double>(inter) * static_cast<double>(R) / (a.inter_gbps * 1e9) + latency;
+      std::printf("   %10.2f .. %-10.2f", (compute_s + comm_s) * 1e3, std::max(compute_s, comm_s) * 1e3);
+    }
+    std::printf("\n");
+  }
+}
+
 void print_n(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBytes e) {
   const dist::PaddedUnits units = dist::gpt_padded_units(cfg, N);
   const int64_t psi = dist::gpt_padded_units(cfg, 1).total();
@@ -263,8 +338,9 @@ void print_n(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBy
     }
     std::printf("\n");
   }
-  if (a.tflops > 0) print_overlap(a, cfg, N, e);
+  if (a.tflops > 0 && a.link_gbps > 0) print_overlap(a, cfg, N, e);
   print_offload(a, cfg, N, e);
+  if (a.ranks_per_node > 0) print_cluster(a, cfg, N, e);
   if (!a.out.empty()) write_csvs(a, cfg, N, e);
 }
 
@@ -305,6 +381,14 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "nvme"}));
   app.add_option("--grad-accum", a.grad_accum, "micro-steps per step (the offloaded shards' reads per gather)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--ranks-per-node", a.ranks_per_node,
+                 "the cluster: ranks per node R; adds, per N, each layout's (DDP, ZeRO-3, HSDP, hpZ, ZeRO++) bytes "
+                 "within and across nodes (docs/multinode.md)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--intra-gbps", a.intra_gbps, "the cluster's step time: GB/s one way per rank within a node (with --tflops)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--inter-gbps", a.inter_gbps, "the cluster's step time: GB/s one way per node across nodes (with --tflops)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--out", a.out, "a directory for predict_memory_n<N>.csv and predict_traffic_n<N>.csv")
       ->check(CLI::ExistingDirectory);
   try {
@@ -314,7 +398,13 @@ int main(int argc, char** argv) {
         if (app.count(f) > 0) throw CLI::ValidationError(f, "--model sets it; give one or the other");
       apply_model(a);
     }
-    if ((a.tflops > 0) != (a.link_gbps > 0))
+    const bool cluster_time = a.intra_gbps > 0 || a.inter_gbps > 0;
+    if (cluster_time && (a.ranks_per_node == 0 || a.intra_gbps == 0 || a.inter_gbps == 0 || a.tflops == 0))
+      throw CLI::ValidationError("--intra-gbps", "the cluster's step time needs --ranks-per-node, --intra-gbps, "
+                                                 "--inter-gbps and --tflops");
+    if (a.tflops > 0 && a.link_gbps == 0 && !cluster_time)
+      throw CLI::ValidationError("--tflops", "the overlap model needs both --tflops and --link-gbps (positive)");
+    if (a.link_gbps > 0 && a.tflops == 0)
       throw CLI::ValidationError("--tflops", "the overlap model needs both --tflops and --link-gbps (positive)");
     if (app.count("--link-latency-us") > 0 && a.tflops == 0)
       throw CLI::ValidationError("--link-latency-us", "applies to the overlap model: give --tflops and --link-gbps");

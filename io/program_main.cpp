@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "io/fatal_report.h"
 #include "io/program_flags.h"
@@ -67,6 +68,9 @@ int run_program(const char* name, CLI::App& app, int argc, char** argv,
       bad_options = e;
     }
   }
+  // Nodes of a given size are set once the group knows its size: a size that does not divide the
+  // ranks is a usage error, printed once.
+  const int ranks_per_node = std::exchange(options.ranks_per_node, 0);
   try {
     comm = dist::init(options);
   } catch (const std::exception& e) {
@@ -77,6 +81,12 @@ int run_program(const char* name, CLI::App& app, int argc, char** argv,
   try {
     report.emplace(*comm);
     if (bad_options) throw *bad_options;
+    if (ranks_per_node > 0) {
+      if (comm->size() % ranks_per_node != 0)
+        throw UsageError(detail::str("--ranks-per-node ", ranks_per_node, " must divide the number of ranks ",
+                                     comm->size()));
+      comm->set_ranks_per_node(ranks_per_node);
+    }
     agree_on_flags(*comm, app, path_flags);
     return run(*comm);
   } catch (...) {

@@ -371,7 +371,7 @@ void save_files_and_swap(const std::string& dir, const std::string& saving, cons
 
 void save_impl(const std::string& dir, ZeroPartitioner& zero, const ZeroAdamW& opt, const io::TrainState& state) {
   Communicator& comm = zero.comm();
-  const int N = comm.size(), rank = comm.rank();
+  const int N = zero.shard_group().size(), rank = comm.rank();
   const std::string what = "save_sharded('" + dir + "')";
   const std::string saving = io::checkpoint_sibling(dir, ".saving");
   std::vector<std::string> names;
@@ -401,13 +401,17 @@ void save_files_and_swap(const std::string& dir, const std::string& saving, cons
                          ZeroPartitioner& zero,
                          const ZeroAdamW& opt, const io::TrainState& state) {
   Communicator& comm = zero.comm();
-  const int N = comm.size(), rank = comm.rank();
+  // One file per shard: under hybrid sharding the first group's ranks (world ranks 0..K-1, shard r
+  // on rank r) write them, and the other groups, holding the same shards, write nothing.
+  const int N = zero.shard_group().size(), rank = comm.rank();
+  const bool writes = rank < N;
   const std::string what = "save_sharded('" + dir + "')";
   // 2. Every rank writes its blocks (views of its masters and moments, no copies; states on a GPU
   // are copied to the host tensor by tensor as the file is written).
   uint64_t bytes = 0, sum = 0;
   // Streamed unit by unit: an offloaded unit's states are in memory only while it is written.
   on_every_rank(comm, what, [&] {
+    if (!writes) return;
     NoGradGuard ng;
     const std::vector<OptimizerShard> shards = zero.optimizer_shards();
     const std::vector<const ParamUnit*> units = zero.units();

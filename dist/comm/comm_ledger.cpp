@@ -10,6 +10,7 @@ const char* collective_name(CollectiveKind k) {
     case CollectiveKind::AllReduce: return "all_reduce";
     case CollectiveKind::ReduceScatter: return "reduce_scatter";
     case CollectiveKind::AllGather: return "all_gather";
+    case CollectiveKind::AllToAll: return "all_to_all";
     case CollectiveKind::Broadcast: return "broadcast";
   }
   return "?";
@@ -32,6 +33,7 @@ int64_t ring_wire_bytes(CollectiveKind kind, int64_t payload_bytes, int world_si
   const int64_t n = world_size;
   switch (kind) {
     case CollectiveKind::AllGather:
+    case CollectiveKind::AllToAll:
     case CollectiveKind::ReduceScatter: return payload_bytes * (n - 1) / n;
     case CollectiveKind::AllReduce: return 2 * payload_bytes * (n - 1) / n;
     case CollectiveKind::Broadcast: return (is_root && n > 1) ? payload_bytes : 0;
@@ -39,12 +41,14 @@ int64_t ring_wire_bytes(CollectiveKind kind, int64_t payload_bytes, int world_si
   return 0;
 }
 
-void CommLedger::record(CollectiveKind kind, CommPhase phase, int64_t payload_bytes, int64_t wire_bytes) {
+void CommLedger::record(CollectiveKind kind, CommPhase phase, int64_t payload_bytes, int64_t wire_bytes,
+                        bool inter_node) {
   std::lock_guard<std::mutex> lock(mu_);
   CommStats& s = stats_[static_cast<int>(kind)][static_cast<int>(phase)];
   s.calls += 1;
   s.payload_bytes += payload_bytes;
   s.wire_bytes += wire_bytes;
+  if (inter_node) s.inter_node_wire_bytes += wire_bytes;
 }
 
 CommStats CommLedger::stats(CollectiveKind kind, CommPhase phase) const {
@@ -60,6 +64,7 @@ CommStats CommLedger::total() const {
       t.calls += s.calls;
       t.payload_bytes += s.payload_bytes;
       t.wire_bytes += s.wire_bytes;
+      t.inter_node_wire_bytes += s.inter_node_wire_bytes;
     }
   return t;
 }
@@ -71,6 +76,7 @@ CommStats CommLedger::total(CollectiveKind kind) const {
     t.calls += s.calls;
     t.payload_bytes += s.payload_bytes;
     t.wire_bytes += s.wire_bytes;
+    t.inter_node_wire_bytes += s.inter_node_wire_bytes;
   }
   return t;
 }
@@ -94,9 +100,9 @@ CommPhase current_comm_phase() { return t_phase; }
 CommPhaseScope::CommPhaseScope(CommPhase p) : prev_(t_phase) { t_phase = p; }
 CommPhaseScope::~CommPhaseScope() { t_phase = prev_; }
 
-void record_collective(CollectiveKind kind, int64_t payload_bytes, int world_size, bool is_root) {
+void record_collective(CollectiveKind kind, int64_t payload_bytes, int world_size, bool is_root, bool inter_node) {
   comm_ledger().record(kind, current_comm_phase(), payload_bytes,
-                       ring_wire_bytes(kind, payload_bytes, world_size, is_root));
+                       ring_wire_bytes(kind, payload_bytes, world_size, is_root), inter_node);
 }
 
 }  // namespace zdl::dist

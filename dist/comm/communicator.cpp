@@ -41,6 +41,46 @@ std::string Communicator::prefix() const {
   return "[rank " + std::to_string(rank()) + "/" + std::to_string(size()) + "]";
 }
 
+std::vector<int> Communicator::nodes() const {
+  return nodes_.empty() ? std::vector<int>(static_cast<size_t>(size()), 0) : nodes_;
+}
+
+int Communicator::num_nodes() const { return num_nodes_; }
+
+void Communicator::set_nodes(const std::vector<int64_t>& ids) {
+  ZDL_CHECK(static_cast<int>(ids.size()) == size(), prefix(), " set_nodes: ", ids.size(), " ids for ", size(), " ranks");
+  std::vector<int64_t> seen;
+  nodes_.clear();
+  for (int64_t id : ids) {
+    auto it = std::find(seen.begin(), seen.end(), id);
+    if (it == seen.end()) it = seen.insert(seen.end(), id);
+    nodes_.push_back(static_cast<int>(it - seen.begin()));
+  }
+  num_nodes_ = static_cast<int>(seen.size());
+}
+
+void Communicator::set_ranks_per_node(int k) {
+  ZDL_CHECK(k >= 1 && size() % k == 0, prefix(), " ranks per node must divide the ", size(), " ranks, got ", k);
+  std::vector<int64_t> ids;
+  for (int r = 0; r < size(); ++r) ids.push_back(r / k);
+  set_nodes(ids);
+}
+
+void Communicator::find_nodes() { set_nodes(all_gather_i64(host_key())); }
+
+std::shared_ptr<Communicator> Communicator::split(int color, int key) {
+  ZDL_CHECK(color >= 0, prefix(), " split: color must be >= 0, got ", color);
+  const int my_node = node();
+  std::shared_ptr<Communicator> c = split_impl(color, key);
+  c->set_timeout(timeout());
+  c->set_nodes(c->all_gather_i64(my_node));
+  return c;
+}
+
+void Communicator::record(CollectiveKind kind, int64_t payload_bytes, bool is_root) const {
+  record_collective(kind, payload_bytes, size(), is_root, spans_nodes());
+}
+
 void Communicator::check_collective(const char* op, const Tensor& a, const Tensor& b, int64_t a_blocks,
                                     int64_t b_blocks) const {
   const std::string p = prefix();
@@ -138,8 +178,30 @@ std::shared_ptr<Communicator> with_core_share(std::shared_ptr<Communicator> comm
 
 static std::shared_ptr<Communicator> init_backend(const InitOptions& options);
 
+namespace {
+// [Note: nodes] Which ranks share a node decides which bytes are inter-node (the ledger) and what
+// a layout such as hybrid sharding keeps on the fast link. A 0 from the caller defers to
+// ZDL_RANKS_PER_NODE, then to the launcher's placement.
+int requested_ranks_per_node(const InitOptions& o) {
+  if (o.ranks_per_node != 0) return o.ranks_per_node;
+  const char* env = std::getenv("ZDL_RANKS_PER_NODE");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  const long k = std::strtol(env, &end, 10);
+  ZDL_CHECK(end != env && *end == '\0' && k > 0 && k < (1 << 20), "ZDL_RANKS_PER_NODE='", env,
+            "' is not a positive number of ranks");
+  return static_cast<int>(k);
+}
+}  // namespace
+
 std::shared_ptr<Communicator> init(const InitOptions& options) {
-  return with_core_share(init_backend(options), options);
+  ZDL_CHECK(options.ranks_per_node >= 0, "dist::init: ranks_per_node must be >= 0 (0: as launched), got ",
+            options.ranks_per_node);
+  const int k = requested_ranks_per_node(options);
+  std::shared_ptr<Communicator> comm = with_core_share(init_backend(options), options);
+  if (k > 0) comm->set_ranks_per_node(k);
+  else if (comm->size() > 1) comm->find_nodes();
+  return comm;
 }
 
 // The communicator init() returns, before the core share.

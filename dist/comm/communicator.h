@@ -75,11 +75,35 @@ class Communicator {
   // Rank among the processes on this host (selects the GPU), and how many there are.
   virtual int local_rank() const = 0;
   virtual int local_size() const = 0;
+  // Equal on the ranks of one host, different across hosts (find_nodes' key).
+  virtual int64_t host_key() const { return 0; }
   virtual std::string backend() const = 0;  // "local", "mpi", "nccl"
   // The device the communicator serves: CPU, or this rank's GPU.
   Device device() const { return device_; }
   // "[rank r/N]", the prefix of every dist/ error message.
   std::string prefix() const;
+
+  // ---- topology (docs/multinode.md) ----
+  // The node (host) of each of this communicator's ranks, numbered 0.. in order of first
+  // appearance; one node (all 0) unless init() found several hosts or set_ranks_per_node said so.
+  std::vector<int> nodes() const;
+  int node() const { return nodes()[static_cast<size_t>(rank())]; }
+  int num_nodes() const;
+  // Its ranks sit on more than one node: its collectives' wire bytes are inter-node traffic
+  // ([Note: inter-node bytes] in comm_ledger.h).
+  bool spans_nodes() const { return num_nodes() > 1; }
+  // Poses the ranks as size() / k nodes of k consecutive ranks (rank r on node r / k), as a job
+  // of that many hosts would be laid out: multi-node layouts tried on one machine. k must divide
+  // size(). Not collective (every rank sets the same k); communicators split off afterwards
+  // inherit it.
+  void set_ranks_per_node(int k);
+  // Collective: the nodes from the hosts the ranks run on (ranks sharing memory, as the launcher
+  // placed them). init() calls it.
+  void find_nodes();
+  // Collective over this communicator: the ranks passing the same color form a new communicator
+  // (with its own queue and, for MPI, its own message space), ranked by key, then by rank here.
+  // The new communicator knows the nodes of its ranks. Every rank calls it with a color >= 0.
+  std::shared_ptr<Communicator> split(int color, int key);
 
   // In place: t = sum over ranks of t.
   virtual std::shared_ptr<Work> all_reduce_async(const Tensor& t) = 0;
@@ -89,6 +113,9 @@ class Communicator {
   // output's own block (in-place all-gather).
   virtual std::shared_ptr<Work> all_gather_async(const Tensor& input, const Tensor& output) = 0;
   virtual std::shared_ptr<Work> broadcast_async(const Tensor& t, int root) = 0;
+  // input and output: N blocks each; block j of the input goes to rank j, and block j of the
+  // output is what rank j sent this rank. Not in place. (ZeRO++'s quantized reduction.)
+  virtual std::shared_ptr<Work> all_to_all_async(const Tensor& input, const Tensor& output) = 0;
 
   // [Note: fixed-order reduction] The same sums in a fixed order: for N a power of two, block
   // r's sum is a balanced pairwise tree over the ranks in which rank i sits at leaf
@@ -137,6 +164,12 @@ class Communicator {
  protected:
   // Timeout from ZDL_COLLECTIVE_TIMEOUT_S (seconds, may be fractional) or 300 s.
   explicit Communicator(Device device = Device::cpu());
+  // The backend's split: a new communicator of the ranks with this color (collective).
+  virtual std::shared_ptr<Communicator> split_impl(int color, int key) = 0;
+  // Records one collective of this communicator in the CommLedger (inter-node when it spans nodes).
+  void record(CollectiveKind kind, int64_t payload_bytes, bool is_root = false) const;
+  // Sets the node of every rank (size() entries, any ids: renumbered by first appearance).
+  void set_nodes(const std::vector<int64_t>& ids);
   // Checks definedness, contiguity, dtype and device of a collective's tensors a (input) and b
   // (output), and that a holds a_blocks and b holds b_blocks blocks of one common block size
   // (reduce_scatter: a_blocks = N, b_blocks = 1); throws with the prefix and both sizes.
@@ -149,6 +182,8 @@ class Communicator {
  private:
   Device device_;
   std::chrono::milliseconds timeout_;
+  std::vector<int> nodes_;  // per rank; empty: all on node 0
+  int num_nodes_ = 1;
 };
 
 struct InitOptions {
@@ -164,6 +199,11 @@ struct InitOptions {
   // host's L ranks omp_get_num_procs() / L OpenMP threads (at least 1), so N ranks on a box do
   // not each start a thread per core. false: leave the thread count alone.
   bool share_cores = true;
+  // Ranks per node: 0 takes the hosts the launcher placed the ranks on (ranks sharing memory
+  // form a node); k > 0 poses the job as nodes of k consecutive ranks (set_ranks_per_node), so
+  // one machine can try a multi-node layout. The environment variable ZDL_RANKS_PER_NODE, when
+  // set, overrides 0.
+  int ranks_per_node = 0;
 };
 
 // The OpenMP threads init() gives each rank when it shares the cores: num_procs / local_size.

@@ -27,20 +27,27 @@ LocalCommunicator::LocalCommunicator(Device device)
 
 std::shared_ptr<Work> LocalCommunicator::all_reduce_async(const Tensor& t) {
   check_collective("all_reduce", t, t, 1, 1);
-  record_collective(CollectiveKind::AllReduce, static_cast<int64_t>(t.nbytes()), 1);
+  record(CollectiveKind::AllReduce, static_cast<int64_t>(t.nbytes()));
   return std::make_shared<CompletedWork>();
 }
 
 std::shared_ptr<Work> LocalCommunicator::reduce_scatter_async(const Tensor& input, const Tensor& output) {
   check_collective("reduce_scatter", input, output, 1, 1);
-  record_collective(CollectiveKind::ReduceScatter, static_cast<int64_t>(input.nbytes()), 1);
+  record(CollectiveKind::ReduceScatter, static_cast<int64_t>(input.nbytes()));
   copy_flat(output, input);
   return std::make_shared<CompletedWork>();
 }
 
 std::shared_ptr<Work> LocalCommunicator::all_gather_async(const Tensor& input, const Tensor& output) {
   check_collective("all_gather", input, output, 1, 1);
-  record_collective(CollectiveKind::AllGather, static_cast<int64_t>(output.nbytes()), 1);
+  record(CollectiveKind::AllGather, static_cast<int64_t>(output.nbytes()));
+  copy_flat(output, input);
+  return std::make_shared<CompletedWork>();
+}
+
+std::shared_ptr<Work> LocalCommunicator::all_to_all_async(const Tensor& input, const Tensor& output) {
+  check_collective("all_to_all", input, output, 1, 1);
+  record(CollectiveKind::AllToAll, static_cast<int64_t>(input.nbytes()));
   copy_flat(output, input);
   return std::make_shared<CompletedWork>();
 }
@@ -48,12 +55,12 @@ std::shared_ptr<Work> LocalCommunicator::all_gather_async(const Tensor& input, c
 std::shared_ptr<Work> LocalCommunicator::broadcast_async(const Tensor& t, int root) {
   check_collective("broadcast", t, t, 1, 1);
   ZDL_CHECK(root == 0, prefix(), " broadcast: root ", root, " out of range [0, 1)");
-  record_collective(CollectiveKind::Broadcast, static_cast<int64_t>(t.nbytes()), 1, /*is_root=*/true);
+  record(CollectiveKind::Broadcast, static_cast<int64_t>(t.nbytes()), /*is_root=*/true);
   return std::make_shared<CompletedWork>();
 }
 
 std::vector<double> LocalCommunicator::all_reduce_sums(std::vector<double> values) {
-  record_collective(CollectiveKind::AllReduce, static_cast<int64_t>(values.size() * sizeof(double)), 1);
+  record(CollectiveKind::AllReduce, static_cast<int64_t>(values.size() * sizeof(double)));
   return values;
 }
 

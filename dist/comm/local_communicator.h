@@ -26,9 +26,13 @@ class LocalCommunicator final : public Communicator {
   std::shared_ptr<Work> reduce_scatter_async(const Tensor& input, const Tensor& output) override;
   std::shared_ptr<Work> all_gather_async(const Tensor& input, const Tensor& output) override;
   std::shared_ptr<Work> broadcast_async(const Tensor& t, int root) override;
+  std::shared_ptr<Work> all_to_all_async(const Tensor& input, const Tensor& output) override;
   void barrier() override {}
   std::vector<int64_t> all_gather_i64(int64_t value) override { return {value}; }
   std::vector<double> all_reduce_sums(std::vector<double> values) override;
+
+ protected:
+  std::shared_ptr<Communicator> split_impl(int, int) override { return std::make_shared<LocalCommunicator>(device()); }
 };
 
 }  // namespace zdl::dist

@@ -191,6 +191,20 @@ void copy_back_when_done(AsyncWork& w, const Tensor& t, const HostBytes& h) {
   w.set_finisher([t, pinned] { copy_bytes(t.raw_data(), t.device(), pinned->data(), Device::cpu(), t.nbytes()); });
 }
 
+// A collective's input (copied to the host) and output (copied back when the work is waited
+// for), both kept alive by the work until then.
+struct StagedPair {
+  HostBytes in, out;
+};
+StagedPair stage_pair(AsyncWork& work, const Tensor& input, const Tensor& output) {
+  StagedPair p{host_bytes(input, /*copy_in=*/true), host_bytes(output, /*copy_in=*/false)};
+  work.keep_alive(input);
+  work.keep_alive(output);
+  if (p.in.pinned) work.keep_alive(std::static_pointer_cast<void>(p.in.pinned));
+  copy_back_when_done(work, output, p.out);
+  return p;
+}
+
 int checked_count(const Communicator& c, const char* op, int64_t n) {
   ZDL_CHECK(n <= INT_MAX, c.prefix(), " ", op, ": ", n, " elements exceed MPI's int count limit ", INT_MAX,
             "; split the buffer into smaller units");
@@ -242,6 +256,7 @@ void halving_reduce_scatter(char* buf, int block, DType t, int rank, int size, M
 struct MpiCommunicator::State {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0, size = 1, local_rank = 0, local_size = 1;
+  int64_t host_key = 0;  // this communicator's lowest rank on this host
 
   std::mutex mu;
   std::condition_variable cv;
@@ -294,12 +309,29 @@ struct MpiCommunicator::State {
   }
 };
 
-MpiCommunicator::MpiCommunicator(Device device) : Communicator(Device::cpu()), state_(std::make_shared<State>()) {
-  MpiRuntime& rt = MpiRuntime::get();
+struct MpiCommunicator::Adopt {
+  MPI_Comm comm;  // a duplicate or a split: a message space of its own, freed with the communicator
+  Device device;
+  bool pick_gpu;  // by local rank (the world); a split keeps its parent's GPU
+};
+
+namespace {
+MPI_Comm duplicate_world() {
+  MPI_Comm world = MPI_COMM_NULL;
+  auto lock = MpiRuntime::get().lock();
+  ZDL_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
+  return world;
+}
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(Device device) : MpiCommunicator(Adopt{duplicate_world(), device, true}) {}
+
+MpiCommunicator::MpiCommunicator(const Adopt& a) : Communicator(Device::cpu()), state_(std::make_shared<State>()) {
   State& s = *state_;
+  const Device device = a.device;
   {
-    auto lock = rt.lock();
-    ZDL_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &s.comm));
+    auto lock = MpiRuntime::get().lock();
+    s.comm = a.comm;
     ZDL_MPI_CHECK(MPI_Comm_set_errhandler(s.comm, MPI_ERRORS_RETURN));
     ZDL_MPI_CHECK(MPI_Comm_rank(s.comm, &s.rank));
     ZDL_MPI_CHECK(MPI_Comm_size(s.comm, &s.size));
@@ -307,10 +339,23 @@ MpiCommunicator::MpiCommunicator(Device device) : Communicator(Device::cpu()), s
     ZDL_MPI_CHECK(MPI_Comm_split_type(s.comm, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &node));
     ZDL_MPI_CHECK(MPI_Comm_rank(node, &s.local_rank));
     ZDL_MPI_CHECK(MPI_Comm_size(node, &s.local_size));
+    int lowest = s.rank;
+    ZDL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, node));
+    s.host_key = lowest;
     ZDL_MPI_CHECK(MPI_Comm_free(&node));
-    if (device.is_cuda()) set_device(select_cuda_device(device, s.local_rank, s.local_size));
+    if (device.is_cuda()) set_device(a.pick_gpu ? select_cuda_device(device, s.local_rank, s.local_size) : device);
   }
   s.thread = std::thread([st = state_] { st->run(); });
+}
+
+std::shared_ptr<Communicator> MpiCommunicator::split_impl(int color, int key) {
+  // On the communication thread: a collective on this communicator, in order with the others.
+  auto out = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
+  auto work = std::make_shared<AsyncWork>(prefix(), "split", 0, current_comm_phase(), timeout());
+  MPI_Comm comm = state_->comm;
+  state_->submit(work, [=] { ZDL_MPI_CHECK(MPI_Comm_split(comm, color, key, out.get())); });
+  work->wait();
+  return std::shared_ptr<Communicator>(new MpiCommunicator(Adopt{*out, device(), false}));
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -344,6 +389,7 @@ int MpiCommunicator::rank() const { return state_->rank; }
 int MpiCommunicator::size() const { return state_->size; }
 int MpiCommunicator::local_rank() const { return state_->local_rank; }
 int MpiCommunicator::local_size() const { return state_->local_size; }
+int64_t MpiCommunicator::host_key() const { return state_->host_key; }
 
 int MpiCommunicator::thread_level() { return MpiRuntime::get().level(); }
 
@@ -373,7 +419,7 @@ std::shared_ptr<Work> MpiCommunicator::start_all_reduce(const Tensor& t, bool tr
   HostBytes h = host_bytes(t, /*copy_in=*/true);
   work->keep_alive(t);
   copy_back_when_done(*work, t, h);
-  record_collective(CollectiveKind::AllReduce, bytes, size());
+  record(CollectiveKind::AllReduce, bytes);
   const DType dt = t.dtype();
   const MPI_Datatype type = mpi_type(dt);
   const MPI_Op op = sum_op(dt);
@@ -399,19 +445,14 @@ std::shared_ptr<Work> MpiCommunicator::start_reduce_scatter(const Tensor& input,
   const int block = count / size();
   const int64_t bytes = static_cast<int64_t>(input.nbytes());
   auto work = std::make_shared<AsyncWork>(prefix(), "reduce_scatter", bytes, current_comm_phase(), timeout());
-  HostBytes in = host_bytes(input, /*copy_in=*/true);
-  HostBytes out = host_bytes(output, /*copy_in=*/false);
-  work->keep_alive(input);
-  work->keep_alive(output);
-  if (in.pinned) work->keep_alive(std::static_pointer_cast<void>(in.pinned));
-  copy_back_when_done(*work, output, out);
+  const auto [in, out] = stage_pair(*work, input, output);
   // MPI forbids aliased buffers; an output inside the input gets its result through a temporary.
   std::shared_ptr<std::vector<char>> tmp;
   if (!tree && overlaps(in.ptr, input.nbytes(), out.ptr, output.nbytes())) {
     tmp = std::make_shared<std::vector<char>>(output.nbytes());
     work->keep_alive(std::static_pointer_cast<void>(tmp));
   }
-  record_collective(CollectiveKind::ReduceScatter, bytes, size());
+  record(CollectiveKind::ReduceScatter, bytes);
   const DType dt = input.dtype();
   const MPI_Datatype type = mpi_type(dt);
   const MPI_Op op = sum_op(dt);
@@ -458,7 +499,7 @@ std::shared_ptr<Work> MpiCommunicator::all_gather_async(const Tensor& input, con
       in_place = true;
     }
   }
-  record_collective(CollectiveKind::AllGather, bytes, size());
+  record(CollectiveKind::AllGather, bytes);
   MPI_Datatype type = mpi_type(input.dtype());
   MPI_Comm comm = state_->comm;
   char* dst = out.ptr;
@@ -479,11 +520,29 @@ std::shared_ptr<Work> MpiCommunicator::broadcast_async(const Tensor& t, int root
   work->keep_alive(t);
   if (rank() != root) copy_back_when_done(*work, t, h);
   else if (h.pinned) work->keep_alive(std::static_pointer_cast<void>(h.pinned));
-  record_collective(CollectiveKind::Broadcast, bytes, size(), /*is_root=*/rank() == root);
+  record(CollectiveKind::Broadcast, bytes, /*is_root=*/rank() == root);
   MPI_Datatype type = mpi_type(t.dtype());
   MPI_Comm comm = state_->comm;
   char* p = h.ptr;
   state_->submit(work, [=] { ZDL_MPI_RUN(MPI_Ibcast, p, count, type, root, comm); });
+  return work;
+}
+
+std::shared_ptr<Work> MpiCommunicator::all_to_all_async(const Tensor& input, const Tensor& output) {
+  check_collective("all_to_all", input, output, size(), size());
+  const int count = checked_count(*this, "all_to_all", input.numel());
+  const int block = count / size();
+  const int64_t bytes = static_cast<int64_t>(input.nbytes());
+  ZDL_CHECK(!overlaps(input.raw_data(), input.nbytes(), output.raw_data(), output.nbytes()), prefix(),
+            " all_to_all: the output overlaps the input (not in place)");
+  auto work = std::make_shared<AsyncWork>(prefix(), "all_to_all", bytes, current_comm_phase(), timeout());
+  const auto [in, out] = stage_pair(*work, input, output);
+  record(CollectiveKind::AllToAll, bytes);
+  const MPI_Datatype type = mpi_type(input.dtype());
+  MPI_Comm comm = state_->comm;
+  const char* src = in.ptr;
+  char* dst = out.ptr;
+  state_->submit(work, [=] { ZDL_MPI_RUN(MPI_Ialltoall, src, block, type, dst, block, type, comm); });
   return work;
 }
 
@@ -510,7 +569,7 @@ std::vector<double> MpiCommunicator::all_reduce_sums(std::vector<double> values)
   // Shared with the comm thread: a watchdog timeout may leave the operation behind.
   auto v = std::make_shared<std::vector<double>>(std::move(values));
   auto work = std::make_shared<AsyncWork>(prefix(), "all_reduce_sums", bytes, current_comm_phase(), timeout());
-  record_collective(CollectiveKind::AllReduce, bytes, size());
+  record(CollectiveKind::AllReduce, bytes);
   MPI_Comm comm = state_->comm;
   state_->submit(work, [=] { ZDL_MPI_RUN(MPI_Iallreduce, MPI_IN_PLACE, v->data(), count, MPI_DOUBLE, MPI_SUM, comm); });
   work->wait();

@@ -37,12 +37,14 @@ class MpiCommunicator final : public Communicator {
   int size() const override;
   int local_rank() const override;
   int local_size() const override;
+  int64_t host_key() const override;
   std::string backend() const override { return "mpi"; }
 
   std::shared_ptr<Work> all_reduce_async(const Tensor& t) override;
   std::shared_ptr<Work> reduce_scatter_async(const Tensor& input, const Tensor& output) override;
   std::shared_ptr<Work> all_gather_async(const Tensor& input, const Tensor& output) override;
   std::shared_ptr<Work> broadcast_async(const Tensor& t, int root) override;
+  std::shared_ptr<Work> all_to_all_async(const Tensor& input, const Tensor& output) override;
   // Recursive halving over point-to-point exchanges when N is a power of two (see
   // [Note: fixed-order reduction]); otherwise the native collectives.
   std::shared_ptr<Work> reduce_scatter_fixed_async(const Tensor& input, const Tensor& output) override;
@@ -60,8 +62,11 @@ class MpiCommunicator final : public Communicator {
 
  protected:
   bool accepts_device(Device d) const override { return d.is_cpu() || d == device(); }
+  std::shared_ptr<Communicator> split_impl(int color, int key) override;
 
  private:
+  struct Adopt;  // an MPI communicator this one takes over (defined with the MPI types)
+  explicit MpiCommunicator(const Adopt& a);
   std::shared_ptr<Work> start_all_reduce(const Tensor& t, bool tree);
   std::shared_ptr<Work> start_reduce_scatter(const Tensor& input, const Tensor& output, bool tree);
   struct State;

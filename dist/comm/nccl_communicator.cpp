@@ -242,6 +242,12 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<Communicator> host)
 
 NcclCommunicator::~NcclCommunicator() = default;
 
+// A new NCCL communicator bootstrapped over the split host communicator: the same path as the
+// world's (ncclCommSplit would save the unique id's broadcast, not worth a second code path).
+std::shared_ptr<Communicator> NcclCommunicator::split_impl(int color, int key) {
+  return std::make_shared<NcclCommunicator>(host_->split(color, key));
+}
+
 namespace {
 
 // Orders the comm stream after the caller's compute stream, runs `issue` on it, and returns a
@@ -271,7 +277,7 @@ std::shared_ptr<Work> NcclCommunicator::all_reduce_async(const Tensor& t) {
   auto work = enqueue(state_, *this, "all_reduce", bytes, {t}, [&](cudaStream_t s) {
     ZDL_NCCL_CHECK(ncclAllReduce(p, p, count, type, ncclSum, comm, s));
   });
-  record_collective(CollectiveKind::AllReduce, bytes, size());
+  record(CollectiveKind::AllReduce, bytes);
   return work;
 }
 
@@ -291,7 +297,7 @@ std::shared_ptr<Work> NcclCommunicator::reduce_scatter_async(const Tensor& input
   auto work = enqueue(state_, *this, "reduce_scatter", bytes, {input, output}, [&](cudaStream_t s) {
     ZDL_NCCL_CHECK(ncclReduceScatter(in, out, block, type, ncclSum, comm, s));
   });
-  record_collective(CollectiveKind::ReduceScatter, bytes, size());
+  record(CollectiveKind::ReduceScatter, bytes);
   return work;
 }
 
@@ -311,7 +317,30 @@ std::shared_ptr<Work> NcclCommunicator::all_gather_async(const Tensor& input, co
     if (move_first) ZDL_CUDA_CHECK(cudaMemcpyAsync(own, in, block_bytes, cudaMemcpyDeviceToDevice, s));
     ZDL_NCCL_CHECK(ncclAllGather(move_first ? own : in, out, block, type, comm, s));
   });
-  record_collective(CollectiveKind::AllGather, bytes, size());
+  record(CollectiveKind::AllGather, bytes);
+  return work;
+}
+
+std::shared_ptr<Work> NcclCommunicator::all_to_all_async(const Tensor& input, const Tensor& output) {
+  check_collective("all_to_all", input, output, size(), size());
+  const int64_t bytes = static_cast<int64_t>(input.nbytes());
+  const char* in = static_cast<const char*>(input.raw_data());
+  char* out = static_cast<char*>(output.raw_data());
+  ZDL_CHECK(!overlaps(in, input.nbytes(), out, output.nbytes()), prefix(),
+            " all_to_all: the output overlaps the input (not in place)");
+  const int n = size();
+  const size_t block = static_cast<size_t>(input.numel() / n), block_bytes = input.nbytes() / static_cast<size_t>(n);
+  const ncclDataType_t type = nccl_type(input.dtype());
+  ncclComm_t comm = state_->comm;
+  auto work = enqueue(state_, *this, "all_to_all", bytes, {input, output}, [&](cudaStream_t s) {
+    ZDL_NCCL_CHECK(ncclGroupStart());
+    for (int j = 0; j < n; ++j) {
+      ZDL_NCCL_CHECK(ncclSend(in + j * block_bytes, block, type, j, comm, s));
+      ZDL_NCCL_CHECK(ncclRecv(out + j * block_bytes, block, type, j, comm, s));
+    }
+    ZDL_NCCL_CHECK(ncclGroupEnd());
+  });
+  record(CollectiveKind::AllToAll, bytes);
   return work;
 }
 
@@ -326,7 +355,7 @@ std::shared_ptr<Work> NcclCommunicator::broadcast_async(const Tensor& t, int roo
   auto work = enqueue(state_, *this, "broadcast", bytes, {t}, [&](cudaStream_t s) {
     ZDL_NCCL_CHECK(ncclBroadcast(p, p, count, type, root, comm, s));
   });
-  record_collective(CollectiveKind::Broadcast, bytes, size(), /*is_root=*/rank() == root);
+  record(CollectiveKind::Broadcast, bytes, /*is_root=*/rank() == root);
   return work;
 }
 

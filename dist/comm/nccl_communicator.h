@@ -38,12 +38,14 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return host_->size(); }
   int local_rank() const override { return host_->local_rank(); }
   int local_size() const override { return host_->local_size(); }
+  int64_t host_key() const override { return host_->host_key(); }
   std::string backend() const override { return "nccl"; }
 
   std::shared_ptr<Work> all_reduce_async(const Tensor& t) override;
   std::shared_ptr<Work> reduce_scatter_async(const Tensor& input, const Tensor& output) override;
   std::shared_ptr<Work> all_gather_async(const Tensor& input, const Tensor& output) override;
   std::shared_ptr<Work> broadcast_async(const Tensor& t, int root) override;
+  std::shared_ptr<Work> all_to_all_async(const Tensor& input, const Tensor& output) override;
   void barrier() override { host_->barrier(); }
   std::vector<int64_t> all_gather_i64(int64_t value) override { return host_->all_gather_i64(value); }
   std::vector<double> all_reduce_sums(std::vector<double> values) override {
@@ -51,6 +53,9 @@ class NcclCommunicator final : public Communicator {
   }
 
   struct State;  // NCCL communicator and stream, shared with pending Work
+
+ protected:
+  std::shared_ptr<Communicator> split_impl(int color, int key) override;
 
  private:
   std::shared_ptr<Communicator> host_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "kernels/cpu/quantize.h"
 #include "kernels/cpu/square_sum.h"
 
 namespace zdl::dist {
@@ -124,27 +125,100 @@ int64_t model_volume_wire_bytes(int64_t P, int64_t N, ElementBytes e) { return e
 
 int64_t model_volumes_per_step(ZeroStage stage) { return StagePolicy::of(stage).shard_parameters ? 3 : 2; }
 
-std::vector<ExpectedTraffic> traffic_closed_form(ZeroStage stage, int64_t P, int64_t units, int64_t N, ElementBytes e) {
-  const int64_t pay = e.s * P, one = model_volume_wire_bytes(P, N, e);
+bool RankLayout::group_spans_nodes() const { return K() > R(); }
+bool RankLayout::replicas_span_nodes() const { return G() > 1 && N > R(); }
+
+namespace {
+// ZeRO++'s quantized collectives, over all units: qwZ's payload of one training gather (0: the
+// gathers move s bytes an element), and qgZ's two all-to-alls (0: a plain reduce-scatter).
+struct Quantized {
+  int64_t gather_payload = 0;
+  int64_t a2a_payload = 0, a2a_wire = 0, a2a_inter = 0;
+};
+
+std::vector<ExpectedTraffic> traffic(ZeroStage stage, int64_t P, int64_t units, const RankLayout& L, ElementBytes e,
+                                     const Quantized& q = {}) {
+  const int64_t quantized_payload = q.gather_payload;
+  const int64_t N = L.N, K = L.K(), G = L.G();
+  const bool hybrid = K < N;
+  const int64_t pay = e.s * P, one = model_volume_wire_bytes(P, K, e);
   const StagePolicy pol = StagePolicy::of(stage);
   std::vector<ExpectedTraffic> w;
+  // A collective within the group crosses nodes when the group does ([Note: inter-node bytes]).
+  auto group = [&](CollectiveKind kind, CommPhase phase, int64_t wire, const char* formula) {
+    w.push_back({kind, phase, units, pay, wire, L.group_spans_nodes() ? wire : 0, formula});
+  };
   if (!pol.shard_optimizer) {
-    w.push_back({CollectiveKind::AllReduce, CommPhase::GradReduce, units, pay, 2 * one, "2 s Psi (N-1)/N"});
+    group(CollectiveKind::AllReduce, CommPhase::GradReduce, 2 * one, "2 s Psi (N-1)/N");
   } else {
+    const char* f = hybrid ? "s Psi (K-1)/K" : "s Psi (N-1)/N";
     if (pol.shard_parameters) {
-      w.push_back({CollectiveKind::AllGather, CommPhase::ForwardGather, units, pay, one, "s Psi (N-1)/N"});
-      w.push_back({CollectiveKind::AllGather, CommPhase::BackwardGather, units, pay, one, "s Psi (N-1)/N"});
+      if (quantized_payload > 0) {  // int8 codes and scales, the records of K ranks
+        const int64_t wire = quantized_payload * (K - 1) / K;
+        w.push_back({CollectiveKind::AllGather, CommPhase::ForwardGather, units, quantized_payload, wire,
+                     L.group_spans_nodes() ? wire : 0, "K 4 W (K-1)/K"});
+      } else {
+        group(CollectiveKind::AllGather, CommPhase::ForwardGather, one, f);
+      }
+      if (L.secondary_partition) {  // from the secondary partition, over the group's ranks on the node
+        const int64_t R = std::min(K, L.R());
+        w.push_back({CollectiveKind::AllGather, CommPhase::BackwardGather, units, pay, model_volume_wire_bytes(P, R, e), 0,
+                     "s Psi (R-1)/R"});
+      } else if (quantized_payload > 0) {
+        const int64_t wire = quantized_payload * (K - 1) / K;
+        w.push_back({CollectiveKind::AllGather, CommPhase::BackwardGather, units, quantized_payload, wire,
+                     L.group_spans_nodes() ? wire : 0, "K 4 W (K-1)/K"});
+      } else {
+        group(CollectiveKind::AllGather, CommPhase::BackwardGather, one, f);
+      }
     }
-    w.push_back({CollectiveKind::ReduceScatter, CommPhase::GradReduce, units, pay, one, "s Psi (N-1)/N"});
-    if (pol.gather_after_step)
-      w.push_back({CollectiveKind::AllGather, CommPhase::PostStepGather, units, pay, one, "s Psi (N-1)/N"});
-    if (N > 1) {  // [Note: exact gradient norm] in dist/zero/partitioner.cpp
+    if (q.a2a_payload > 0) {
+      w.push_back({CollectiveKind::AllToAll, CommPhase::GradReduce, 2 * units, q.a2a_payload, q.a2a_wire, q.a2a_inter,
+                   "4 W (K (R-1)/R + M-1)"});
+    } else {
+      group(CollectiveKind::ReduceScatter, CommPhase::GradReduce, one, f);
+    }
+    if (hybrid && G > 1) {  // the reduced shards, all-reduced over the replicas
+      const int64_t shard = pay / K, wire = 2 * shard * (G - 1) / G;
+      w.push_back({CollectiveKind::AllReduce, CommPhase::GradReduce, units, shard, wire,
+                   L.replicas_span_nodes() ? wire : 0, "2 s Psi/K (G-1)/G"});
+    }
+    if (pol.gather_after_step) group(CollectiveKind::AllGather, CommPhase::PostStepGather, one, f);
+    if (K > 1) {  // [Note: exact gradient norm] in dist/zero/partitioner.cpp: over the group's shards
       const int64_t norm = 8 * kernels::cpu::ExactSquareSum::kSerializedSize;
-      w.push_back({CollectiveKind::AllReduce, CommPhase::Other, 1, norm, ring_wire_bytes(CollectiveKind::AllReduce, norm, static_cast<int>(N)),
+      const int64_t wire = ring_wire_bytes(CollectiveKind::AllReduce, norm, static_cast<int>(K));
+      w.push_back({CollectiveKind::AllReduce, CommPhase::Other, 1, norm, wire, L.group_spans_nodes() ? wire : 0,
                    "grad-norm words"});
     }
   }
   return w;
+}
+}  // namespace
+
+std::vector<ExpectedTraffic> traffic_closed_form(ZeroStage stage, int64_t P, int64_t units, int64_t N, ElementBytes e) {
+  return traffic(stage, P, units, RankLayout{.N = N}, e);
+}
+
+int64_t quantized_gather_payload(int64_t padded_unit, int64_t K) {
+  return 4 * K * kernels::cpu::quantized_record_words(padded_unit / K);
+}
+
+std::vector<ExpectedTraffic> traffic_closed_form(ZeroStage stage, const std::vector<int64_t>& padded_units,
+                                                 const RankLayout& L, ElementBytes e) {
+  const int64_t K = L.K(), R = std::min(K, L.R()), M = K / R;
+  int64_t P = 0;
+  Quantized q;
+  for (int64_t u : padded_units) {
+    P += u;
+    if (L.quantize_weights) q.gather_payload += quantized_gather_payload(u, K);
+    if (L.quantize_grads) {  // dist/zero/quantized_reduce.h: hop 1 within the node, hop 2 across
+      const int64_t W = kernels::cpu::quantized_record_words(u / K);
+      q.a2a_payload += 4 * W * (K + M);
+      q.a2a_wire += 4 * W * (M * (R - 1) + (M - 1));
+      q.a2a_inter += 4 * W * (M - 1);
+    }
+  }
+  return traffic(stage, P, static_cast<int64_t>(padded_units.size()), L, e, q);
 }
 
 BlockActivations block_activation_bytes(int64_t batch, int64_t seq, int64_t n_embd, int64_t n_head, int64_t s) {

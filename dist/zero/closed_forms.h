@@ -119,12 +119,31 @@ int64_t model_volume_wire_bytes(int64_t P, int64_t N, ElementBytes e);
 // ZeRO-1/2's reduce-scatter + all-gather, 3 for ZeRO-3 (the parameters gathered again in backward).
 int64_t model_volumes_per_step(ZeroStage stage);
 
-// One collective of a step, per (kind, phase): `calls` (one per unit), payload and wire bytes.
+// One collective of a step, per (kind, phase): `calls` (one per unit), payload and wire bytes,
+// and how many of those cross nodes ([Note: inter-node bytes] in dist/comm/comm_ledger.h).
 struct ExpectedTraffic {
   CollectiveKind kind;
   CommPhase phase;
-  int64_t calls, payload, wire;
+  int64_t calls, payload, wire, inter_node;
   std::string formula;  // of the wire bytes
+};
+
+// Where the ranks are (docs/multinode.md): N ranks on nodes of R consecutive ranks, the model
+// states sharded within groups of K consecutive ranks and replicated across the G = N / K groups
+// (hybrid sharding; K = N is plain ZeRO). Whether a group crosses nodes is said for rank 0's: all
+// ranks alike when K and R divide one another.
+struct RankLayout {
+  int64_t N = 1;
+  int64_t shard_group = 0;     // K; 0: N
+  int64_t ranks_per_node = 0;  // R; 0: N (one node)
+  bool secondary_partition = false;  // hpZ: ZeRO-3's backward gathers within a node
+  bool quantize_weights = false;     // qwZ: ZeRO-3's gathers in int8 codes and block scales
+  bool quantize_grads = false;       // qgZ: the reduce-scatter as two int8 all-to-alls
+  int64_t K() const { return shard_group == 0 ? N : shard_group; }
+  int64_t G() const { return N / K(); }
+  int64_t R() const { return ranks_per_node == 0 ? N : ranks_per_node; }
+  bool group_spans_nodes() const;    // K > R
+  bool replicas_span_nodes() const;  // G > 1 on more than one node
 };
 
 // A step without gradient accumulation: DDP all-reduces sP (wire 2 sP (N-1)/N); ZeRO-1/2
@@ -132,6 +151,21 @@ struct ExpectedTraffic {
 // and again in backward and reduce-scatters sP (3 Psi); wire = payload (N-1)/N. Stages 1-3 on
 // N > 1 ranks add the all-reduce of the gradient norm's exact square (phase Other).
 std::vector<ExpectedTraffic> traffic_closed_form(ZeroStage stage, int64_t P, int64_t units, int64_t N, ElementBytes e);
+// The same on a layout: the gathers and reduce-scatters run within the group of K (wire
+// s P (K-1)/K), and hybrid sharding adds the reduced shard's all-reduce over the G replicas
+// (payload s P/K, wire 2 s P/K (G-1)/G). Inter-node: a group's collectives when the group spans
+// nodes (flat ZeRO on several nodes: all of them, 3 s Psi (N-1)/N for ZeRO-3), the replicas'
+// all-reduce when they do (hybrid sharding with K = R: only it, 2 s Psi/K (G-1)/G). With the
+// secondary partition (hpZ) ZeRO-3's backward gathers run over the group's R ranks on a node:
+// wire s Psi (R-1)/R, none of it inter-node.
+// qwZ: the units' padded sizes decide the bytes (a record of W = ceil(S/4) + ceil(S/256) int32
+// words per rank and unit, S = padded / K); the gathers' payload is then 4 K W per unit. qgZ:
+// the reduce-scatter becomes two all-to-alls per unit (dist/zero/quantized_reduce.h), payload
+// 4 W (K + M), wire 4 W (K (R-1)/R + M-1), of which 4 W (M-1) across nodes (M = K / R nodes).
+std::vector<ExpectedTraffic> traffic_closed_form(ZeroStage stage, const std::vector<int64_t>& padded_units,
+                                                 const RankLayout& layout, ElementBytes e);
+// qwZ: one training gather's payload of a unit of `padded_unit` elements sharded over K ranks.
+int64_t quantized_gather_payload(int64_t padded_unit, int64_t K);
 
 // Activation bytes a GPT block keeps from its forward for its backward (f32 on the CPU), for a
 // batch of `batch` sequences of `seq` tokens: the forward of L blocks keeps L times this. Counted from

@@ -36,7 +36,8 @@ nlohmann::json comm_snapshot() {
       const CommStats st = comm_ledger().stats(kind, phase);
       if (st.calls == 0) continue;
       j[std::string(collective_name(kind)) + "/" + phase_name(phase)] = {
-          {"calls", st.calls}, {"payload", st.payload_bytes}, {"wire", st.wire_bytes}};
+          {"calls", st.calls}, {"payload", st.payload_bytes}, {"wire", st.wire_bytes},
+          {"inter_node", st.inter_node_wire_bytes}};
     }
   return j;
 }

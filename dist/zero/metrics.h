@@ -14,7 +14,7 @@ namespace zdl::dist {
 // staging ("host_comm").
 nlohmann::json memory_snapshot(Device dev);
 
-// {"<collective>/<phase>": {"calls", "payload", "wire"}} for every pair the comm ledger counted
+// {"<collective>/<phase>": {"calls", "payload", "wire", "inter_node"}} for every pair the comm ledger counted
 // since its last reset.
 nlohmann::json comm_snapshot();
 

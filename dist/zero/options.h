@@ -93,6 +93,30 @@ struct ZeroOptions {
   // Before each collective, check with one tiny all-gather that every rank is at the same
   // unit and event; on a mismatch every rank throws an error naming the first differing unit.
   bool check_divergence = true;
+  // Hybrid sharding (FSDP's HSDP): shard the model states within groups of this many
+  // consecutive ranks and replicate them across the N / shard_group groups; the reduced gradient
+  // shards are all-reduced across the groups. With the group a node's ranks, the gathers and
+  // reduce-scatters stay on the node's fast link and only 2 (G-1)/G s Psi / K per step crosses
+  // nodes (docs/multinode.md). 0: all N ranks (plain ZeRO). Must divide N; stages 1-3.
+  // Bit-identical to the flat run (ZeroPartitioner::micro_batch_index).
+  int shard_group = 0;
+  // ZeRO++'s hpZ (ZeRO-3): after a unit's forward gather, keep its parameters cut over the
+  // ranks of this node (s Psi_u / R per rank, R ranks per node) until the unit's backward, whose
+  // gather then stays within the node: the backward's gathers leave the inter-node traffic
+  // (3 s Psi -> 2 s Psi per step), for s Psi / R more memory at the end of the forward. The same
+  // bits. Needs shard groups that span nodes (docs/multinode.md).
+  bool secondary_partition = false;
+  // ZeRO++'s qwZ (ZeRO-3, CPU ranks): the forward's and backward's gathers move each shard as
+  // int8 codes with a float scale per block of 256 (kernels/cpu/quantize.h): about 1/4 of the f32
+  // bytes (1/2 of bf16's). The forward and backward then compute with weights within
+  // max|block| / 254 of the masters, so results differ from the exact run by design (bounded in
+  // docs/multinode.md); the masters, the optimizer and checkpoints stay exact. Off by default.
+  bool quantize_weights = false;
+  // ZeRO++'s qgZ (stages 1-3, CPU ranks, a shard group spanning nodes): the gradient
+  // reduce-scatter moves int8 codes in two hops, within the node, then across nodes with the
+  // node's partial sums (dist/zero/quantized_reduce.h): the inter-node bytes fall from
+  // s Psi (N-1)/N to about Psi / R. Differs from the exact run by design; off by default.
+  bool quantize_grads = false;
   // Optimizer states and parameter shards beyond memory (ZeRO-Offload / ZeRO-Infinity):
   // bit-identical to the same run without it.
   OffloadOptions offload;

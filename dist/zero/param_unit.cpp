@@ -2,7 +2,11 @@
 
 #include <algorithm>
 
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "dist/zero/quantized_reduce.h"
+#include "kernels/cpu/quantize.h"
 
 namespace zdl::dist {
 
@@ -56,8 +60,8 @@ ParamUnit::ParamUnit(std::string name, int index, std::vector<ParamSlot> slots, 
   // padding (< N elements per unit) is what the memory and traffic checks add to the formulas.
   const int64_t N = ctx_.comm->size();
   padded_ = (numel_ + N - 1) / N * N;
-  shard_size_ = padded_ / N;
-  shard_begin_ = ctx_.comm->rank() * shard_size_;
+  shard_size_ = padded_ / ctx_.shards->size();
+  shard_begin_ = ctx_.shards->rank() * shard_size_;
   const StagePolicy& pol = ctx_.policy;
   local_accumulation_ = !exact() && (!pol.shard_gradients || (ctx_.no_sync && !pol.shard_parameters));
 }
@@ -226,7 +230,10 @@ void ParamUnit::begin_forward() {
 
 void ParamUnit::end_forward() {
   training_ = TrainingState::Idle;
-  if (ctx_.policy.shard_parameters) reshard();
+  if (ctx_.policy.shard_parameters) {
+    keep_secondary();
+    reshard();
+  }
 }
 
 void ParamUnit::begin_backward() {
@@ -250,7 +257,10 @@ void ParamUnit::begin_backward() {
 
 void ParamUnit::end_backward() {
   training_ = TrainingState::PostBackward;
-  if (ctx_.policy.shard_parameters) reshard();
+  if (ctx_.policy.shard_parameters) {
+    reshard();
+    drop_secondary();
+  }
 }
 
 // ---- parameters ----
@@ -265,15 +275,74 @@ void ParamUnit::unshard(CommPhase phase) {
   }
   full_->materialize(MemoryCategory::Parameter);
   ctx_.trace(TraceKind::GatherIssue, *this, std::nullopt);  // before: the gather may finish at once
-  pending_gather_ = ctx_.comm->all_gather_async(param_shard_, full_flat_);
+  if (secondary_.defined()) {
+    pending_gather_ = ctx_.node_group->all_gather_async(secondary_, full_flat_);
+  } else if (ctx_.quantize_weights && phase != CommPhase::Other) {
+    pending_gather_ = quantized_gather();
+  } else {
+    pending_gather_ = ctx_.shards->all_gather_async(param_shard_, full_flat_);
+  }
   param_state_ = ParamState::Unsharding;
 }
+
+// [Note: quantized gather] ZeRO++'s qwZ: the training gathers move each shard as int8 codes and a
+// float scale per block of 256 (kernels/cpu/quantize.h), packed in one int32 buffer per rank
+// (kernels::cpu::quantized_record_words), and every rank dequantizes the K records into the full parameters:
+// about s/1 + 4/256 bytes per element instead of s. The master weights are never quantized; the
+// forward and backward compute with weights within max|block| / 254 of them (the same values in
+// both, as the same shard quantizes to the same codes). GatheredParameters (phase Other) gathers
+// exact values.
+std::shared_ptr<Work> ParamUnit::quantized_gather() {
+  const int64_t S = shard_size_, W = kernels::cpu::quantized_record_words(S), K = ctx_.shards->size();
+  {
+    MemoryScope ms(MemoryCategory::CommBuffer);
+    quant_send_ = Tensor::empty({W}, DType::I32);
+    quant_recv_ = Tensor::empty({K * W}, DType::I32);
+  }
+  kernels::cpu::quantize_record(ctx_.compute_dtype, S, param_shard_.raw_data(), quant_send_.data<int32_t>());
+  return ctx_.shards->all_gather_async(quant_send_, quant_recv_);
+}
+
+void ParamUnit::dequantize_gathered() {
+  const int64_t S = shard_size_, W = kernels::cpu::quantized_record_words(S), K = ctx_.shards->size();
+  const int32_t* all = quant_recv_.data<int32_t>();
+  const size_t es = element_size(ctx_.compute_dtype);
+  for (int64_t k = 0; k < K; ++k)
+    kernels::cpu::dequantize_record(ctx_.compute_dtype, S, all + k * W,
+                                    static_cast<char*>(full_flat_.raw_data()) + static_cast<size_t>(k * S) * es);
+  drop_quantized_buffers();
+}
+
+void ParamUnit::drop_quantized_buffers() {
+  quant_send_ = Tensor();
+  quant_recv_ = Tensor();
+}
+
+// [Note: secondary partition] ZeRO++'s hpZ: the forward's gather crossed nodes; its result is
+// cut again over the ranks of this node (block l of R for node rank l) and kept until the
+// unit's backward, whose gather then stays on the node. The bytes are the gathered parameters',
+// so nothing changes but where they come from. Only a forward that a backward will follow keeps
+// one (grad mode on, not a recompute inside the backward, which finds it already there).
+void ParamUnit::keep_secondary() {
+  if (!ctx_.secondary_partition || secondary_.defined() || autograd::in_backward()) return;
+  if (!grad_enabled() && !recomputable_forward()) return;  // no backward follows (evaluation)
+  const int64_t n = padded_ / ctx_.node_group->size();
+  {
+    MemoryScope ms(MemoryCategory::ParameterShard);
+    secondary_ = Tensor::empty({n}, ctx_.compute_dtype, ctx_.device);
+  }
+  secondary_.storage()->set_label("secondary partition of unit " + name_);
+  secondary_.copy_(flat_view(full_, ctx_.node_group->rank() * n, n, ctx_.compute_dtype));
+}
+
+void ParamUnit::drop_secondary() { secondary_ = Tensor(); }
 
 void ParamUnit::wait_unshard() {
   if (param_state_ != ParamState::Unsharding) return;
   pending_gather_->wait();  // a watchdog error leaves the unit Unsharding: its bytes may still arrive
   if (const auto at = pending_gather_->finished_at()) ctx_.trace(TraceKind::GatherFinished, *this, at);
   pending_gather_.reset();
+  if (quant_recv_.defined()) dequantize_gathered();
   if (shard_off_) shard_off_->evict();  // read by the gather only; unchanged, so just freed
   param_state_ = ParamState::Unsharded;
   ctx_.trace(TraceKind::GatherDone, *this, std::nullopt);
@@ -283,6 +352,7 @@ void ParamUnit::reshard() {
   if (param_state_ == ParamState::Unsharding) {
     pending_gather_->wait();
     pending_gather_.reset();
+    drop_quantized_buffers();
     if (shard_off_) shard_off_->evict();
   }
   full_->release();
@@ -290,6 +360,7 @@ void ParamUnit::reshard() {
 }
 
 void ParamUnit::refresh_params() {
+  drop_secondary();  // the parameters change
   const StagePolicy& pol = ctx_.policy;
   if (!pol.shard_optimizer) {
     if (separate_master_) {
@@ -312,11 +383,12 @@ void ParamUnit::refresh_params() {
     }
     ctx_.before_collective(CommPhase::PostStepGather, *this);
     CommPhaseScope ps(CommPhase::PostStepGather);
-    ctx_.comm->all_gather(own, full_flat_);
+    ctx_.shards->all_gather(own, full_flat_);
   }
 }
 
 void ParamUnit::write_back_full() {
+  drop_secondary();
   {
     Resident r({}, {}, {master_off_.get(), shard_off_.get()});  // both written whole below
     r.wait();
@@ -357,16 +429,20 @@ void ParamUnit::start_reduce(bool last) {
   auto p = std::make_unique<PendingReduce>();
   p->last = last;
   grad_state_ = GradState::Reducing;
-  Communicator& comm = *ctx_.comm;
   if (!ctx_.policy.shard_optimizer) {
+    Communicator& comm = *ctx_.comm;
     p->work = exact() ? comm.all_reduce_fixed_async(grad_flat_) : comm.all_reduce_async(grad_flat_);
   } else {
+    Communicator& comm = *ctx_.shards;
     {
       MemoryScope ms(MemoryCategory::CommBuffer);
       p->reduced = Tensor::empty({shard_size_}, ctx_.compute_dtype, ctx_.device);
     }
-    p->work = exact() ? comm.reduce_scatter_fixed_async(grad_flat_, p->reduced)
-                      : comm.reduce_scatter_async(grad_flat_, p->reduced);
+    if (ctx_.across_nodes != nullptr)  // qgZ: int8 records in two hops, no fixed tree
+      p->work = quantized_reduce_scatter_async(*ctx_.node_group, *ctx_.across_nodes, grad_flat_, p->reduced);
+    else
+      p->work = exact() ? comm.reduce_scatter_fixed_async(grad_flat_, p->reduced)
+                        : comm.reduce_scatter_async(grad_flat_, p->reduced);
   }
   pending_reduce_ = std::move(p);
 }
@@ -376,6 +452,16 @@ void ParamUnit::finish_reduce() {
   // Taken out first: a wait that throws (watchdog) must not leave it to be finished again.
   std::unique_ptr<PendingReduce> p = std::move(pending_reduce_);
   p->work->wait();
+  if (ctx_.replicas != nullptr && p->reduced.defined()) {
+    // [Note: hybrid reduction] The group's reduce-scatter summed this shard over the group's
+    // ranks; the replicas' all-reduce sums those sums (the fixed tree's upper levels: see
+    // ZeroPartitioner::micro_batch_index). It blocks the backward: its bytes are 1/K of the
+    // group's reduce-scatter, so its wait is short next to the overlap the reduce-scatter gets.
+    ctx_.before_collective(CommPhase::GradReduce, *this);
+    CommPhaseScope ps(CommPhase::GradReduce);
+    Communicator& rep = *ctx_.replicas;
+    (exact() ? rep.all_reduce_fixed_async(p->reduced) : rep.all_reduce_async(p->reduced))->wait();
+  }
   const double inv_n = 1.0 / ctx_.comm->size();
   const StagePolicy& pol = ctx_.policy;
   grad_state_ = p->last ? GradState::Reduced : GradState::Accumulating;
@@ -449,6 +535,7 @@ void ParamUnit::accumulate_exact(const Tensor& reduced, bool last) {
 
 void ParamUnit::zero_grad() {
   ZDL_CHECK(!pending_reduce_, ctx_.comm->prefix(), " unit ", name_, ": zero_grad with a reduction in flight");
+  drop_secondary();  // a forward no backward followed
   grad_partials_.clear();  // a step abandoned mid-accumulation
   grad_state_ = GradState::Empty;
   training_ = TrainingState::Idle;

@@ -2,7 +2,10 @@
 // changes that buffer's state (docs/design.md, "One ZeRO-3 step of one unit").
 //
 // Layout: the unit's parameters concatenated in registration order, padded to a multiple of
-// the world size N; rank r owns block r ("shard") of size padded / N. Every parameter tensor is
+// the world size N; rank r owns block r ("shard") of size padded / N. Under hybrid sharding
+// (ZeroOptions::shard_group K) the unit is cut into K blocks instead, and rank r owns block r mod K
+// (its place in its group); the padding stays a multiple of N, so a shard splits evenly again over
+// the N / K replicas that all-reduce it. Every parameter tensor is
 // a view into the full buffer (one Storage for the unit, never replaced): ZeRO-3 releases and
 // re-materializes that Storage, so tensors saved for backward see the re-gathered bytes.
 //
@@ -14,6 +17,8 @@
 //   grad_full   Psi_u x s            Gradient       stage 0-1 always; 2-3 between a unit's
 //                                                    backward and its reduce-scatter
 //   grad_shard  Psi_u/N x s          GradientShard  stage 2-3 (stage 1: a view of grad_full)
+//   secondary   Psi_u/R x s          ParameterShard hpZ (stage 3): from a unit's forward to its
+//                                                    backward, R = the group's ranks on this node
 // Adam's moments are the optimizer's (dist/zero/zero_adamw.h), shaped like the master.
 // Offload (docs/offload.md): with StagePolicy::params_on_nvme the param_shard, and with
 // optimizer_on_nvme a separate master, live in the rank's NVMe store between uses
@@ -75,7 +80,24 @@ class ParamUnit;
 // What a unit needs from outside, fixed when the partition manager is made: no unit holds a
 // pointer back to the manager.
 struct UnitContext {
-  Communicator* comm = nullptr;
+  Communicator* comm = nullptr;      // every rank: error prefixes, DDP's all-reduce
+  // The ranks a unit is sharded over: comm itself, or under hybrid sharding
+  // (ZeroOptions::shard_group) this rank's group; the gathers and reduce-scatters run on it.
+  Communicator* shards = nullptr;
+  // Hybrid sharding: the ranks holding the same shard (one per group), over which the reduced
+  // shard is all-reduced; null without it.
+  Communicator* replicas = nullptr;
+  // The ranks of `shards` on this rank's node (hpZ or qgZ; else null). With secondary_partition
+  // (ZeroOptions::secondary_partition, ZeRO++'s hpZ), a unit's gathers after its forward run on
+  // it ([Note: secondary partition]).
+  Communicator* node_group = nullptr;
+  bool secondary_partition = false;
+  // ZeRO++'s qgZ (ZeroOptions::quantize_grads): the group's ranks with this rank's place on its
+  // node; with node_group, the two hops of dist/zero/quantized_reduce.h. Null: off.
+  Communicator* across_nodes = nullptr;
+  // ZeRO++'s qwZ (ZeroOptions::quantize_weights): the forward's and backward's gathers move int8
+  // codes ([Note: quantized gather]).
+  bool quantize_weights = false;
   StagePolicy policy;
   DType compute_dtype = DType::F32;
   Device device = Device::cpu();
@@ -120,11 +142,12 @@ class ParamUnit {
   const std::vector<ParamSlot>& slots() const { return slots_; }
   int64_t numel() const { return numel_; }            // unpadded elements
   int64_t padded() const { return padded_; }          // a multiple of N
-  int64_t shard_size() const { return shard_size_; }  // padded / N
+  int64_t shard_size() const { return shard_size_; }  // padded / N (hybrid sharding: padded / K)
   int64_t shard_begin() const { return shard_begin_; }
   // The parameters' parts of unit elements [begin, end), in layout order.
   std::vector<Segment> segments(int64_t begin, int64_t end) const;
-  // Rank r's block (its shard under stages 1-3): what rank r saves in a checkpoint.
+  // Block r (rank r's shard under stages 1-3; hybrid sharding: the shard of rank r of each
+  // group): what the rank holding it saves in a checkpoint.
   std::vector<Segment> shard_segments(int r) const { return segments(r * shard_size_, (r + 1) * shard_size_); }
 
   // ---- training state: the hooks' entry points ----
@@ -160,6 +183,8 @@ class ParamUnit {
   void prefetch_shard();
   // Offload: finishes this unit's writes in flight and frees their bytes.
   void settle_offload();
+  // hpZ: whether this unit holds its secondary partition (between its forward and backward).
+  bool has_secondary() const { return secondary_.defined(); }
 
   // ---- gradients ----
   GradState grad_state() const { return grad_state_; }
@@ -168,7 +193,8 @@ class ParamUnit {
   bool reduces_now(bool last) const { return last || !local_accumulation_; }
   // Accumulating -> Reducing: issues the reduction of this micro-batch's gradients.
   void start_reduce(bool last);
-  // Reducing -> Reduced (last micro-batch) or Accumulating: waits, scales by 1/N, stores the
+  // Reducing -> Reduced (last micro-batch) or Accumulating: waits (hybrid sharding: then
+  // all-reduces the shard over the replicas), scales by 1/N, stores the
   // result (exact reduction: into the pairwise partial sums) and frees what the stage frees.
   void finish_reduce();
   // -> Empty: zeroes the reduced gradients, drops a step abandoned mid-accumulation.
@@ -191,6 +217,11 @@ class ParamUnit {
   void store_reduced(const Tensor& v);
   bool exact() const { return ctx_.reduction == GradReduction::Exact; }
   Tensor own_block_of_full() const;  // this rank's block of the full parameters (stages 1-2)
+  void keep_secondary();
+  void drop_secondary();
+  std::shared_ptr<Work> quantized_gather();
+  void dequantize_gathered();
+  void drop_quantized_buffers();
 
   // Layout.
   std::string name_;
@@ -209,6 +240,8 @@ class ParamUnit {
   bool separate_master_ = false;  // master has its own buffer (mixed precision): cast after updates
   std::unique_ptr<OffloadedBuffer> shard_off_;   // param_shard_ on NVMe
   std::unique_ptr<OffloadedBuffer> master_off_;  // a separate master_ on NVMe
+  Tensor secondary_;  // hpZ: this node rank's block of the gathered parameters, forward to backward
+  Tensor quant_send_, quant_recv_;  // qwZ: this rank's record and the K gathered, while in flight
   Storage grad_full_;
   Tensor grad_flat_;
   Tensor grad_shard_;

@@ -104,10 +104,19 @@ ZeroPartitioner::ZeroPartitioner(std::shared_ptr<Communicator> comm, ZeroOptions
             " no_sync keeps a running sum of full gradients on each rank, which has no fixed summation tree; "
             "use it with ZeroOptions::reduction = GradReduction::Native");
   check_offload_options();
+  check_quantization();
+  make_shard_groups();
+  make_node_group();
   if (options_.offload.any_nvme()) nvme_ = std::make_unique<NvmeStore>(options_.offload.dir, comm_->prefix(), options_.offload.direct_io);
   if (!options_.is_unit) options_.is_unit = [](const nn::Module& m) { return m.type_name() == "Block"; };
   context_ = UnitContext{
       .comm = comm_.get(),
+      .shards = shards_.get(),
+      .replicas = replicas_.get(),
+      .node_group = node_group_.get(),
+      .secondary_partition = options_.secondary_partition,
+      .across_nodes = across_nodes_.get(),
+      .quantize_weights = options_.quantize_weights,
       .policy = StagePolicy::of(options_.stage, options_.offload),
       .compute_dtype = options_.compute_dtype,
       .device = options_.device,
@@ -139,13 +148,88 @@ void ZeroPartitioner::check_offload_options() const {
             "optimizer offload to nvme (--offload-optimizer nvme)");
 }
 
+// [Note: shard groups] Hybrid sharding cuts the N ranks into N / K groups of K consecutive
+// ranks (a node's ranks, when K is the ranks per node): each group shards the model states as
+// ZeRO does over N, and the groups replicate one another. Two communicators carry it: the group
+// (gathers, reduce-scatters, the norm) and the replicas, rank j of every group (the shard's
+// all-reduce). Collective: every rank makes both, in the same order.
+void ZeroPartitioner::make_shard_groups() {
+  const int N = comm_->size(), K = options_.shard_group == 0 ? N : options_.shard_group;
+  const std::string& p = comm_->prefix();
+  ZDL_CHECK(K >= 1 && N % K == 0, p, " the shard group (--shard-group) must divide the ", N, " ranks, got ",
+            options_.shard_group);
+  if (K == N) {
+    shards_ = comm_;
+    return;
+  }
+  ZDL_CHECK(options_.stage != ZeroStage::DDP, p, " a shard group of ", K, " ranks shards the model states within "
+            "groups, but DDP shards nothing; use ZeRO-1, 2 or 3 (--zero-stage) or leave the shard group at all ",
+            N, " ranks");
+  const int r = comm_->rank();
+  shards_ = comm_->split(r / K, r);
+  replicas_ = comm_->split(r % K, r);
+}
+
+void ZeroPartitioner::check_quantization() const {
+  const std::string& p = comm_->prefix();
+  if (options_.quantize_grads) {
+    ZDL_CHECK(options_.stage != ZeroStage::DDP, p, " quantized gradient reduction (qgZ) replaces ZeRO's reduce-scatter; "
+              "DDP all-reduces: use ZeRO-1, 2 or 3");
+    ZDL_CHECK(options_.device.is_cpu(), p, " quantized gradient reduction (qgZ) runs on CPU ranks in this version of zerodl");
+    ZDL_CHECK(options_.compute_dtype == DType::F32 || options_.compute_dtype == DType::BF16, p,
+              " quantized gradient reduction (qgZ) takes f32 or bf16 gradients, got ", dtype_name(options_.compute_dtype));
+  }
+  if (!options_.quantize_weights) return;
+  ZDL_CHECK(options_.stage == ZeroStage::Three, p, " quantized weight gathers (qwZ) quantize ZeRO-3's parameter "
+            "gathers; ", stage_title(options_.stage), " gathers none during the step: use ZeRO-3");
+  ZDL_CHECK(options_.device.is_cpu(), p, " quantized weight gathers (qwZ) run on CPU ranks in this version of zerodl");
+  ZDL_CHECK(options_.compute_dtype == DType::F32 || options_.compute_dtype == DType::BF16, p,
+            " quantized weight gathers (qwZ) take f32 or bf16 parameters, got ", dtype_name(options_.compute_dtype));
+}
+
+// hpZ's and qgZ's communicators: the group's ranks on this rank's node, and (qgZ) the group's
+// ranks with this rank's place on its node, one per node. Collective.
+void ZeroPartitioner::make_node_group() {
+  const bool hpz = options_.secondary_partition, qgz = options_.quantize_grads;
+  if (!hpz && !qgz) return;
+  const std::string& p = comm_->prefix();
+  const char* what = hpz ? "the secondary partition (hpZ)" : "quantized gradient reduction (qgZ)";
+  if (hpz) {
+    ZDL_CHECK(options_.stage == ZeroStage::Three, p, " the secondary partition (hpZ) keeps ZeRO-3's gathered "
+              "parameters for the backward; ", stage_title(options_.stage), " keeps them all along: use ZeRO-3");
+    ZDL_CHECK(options_.offload.params == OffloadTarget::None, p, " the secondary partition (hpZ) with parameter "
+              "offload is not supported: use one or the other");
+  }
+  ZDL_CHECK(shards_->spans_nodes(), p, " ", what, " keeps traffic within a node, but the ", shards_->size(),
+            " ranks sharding the states are on one node already",
+            comm_->spans_nodes() ? " (the shard group is a node)" : " (to pose the ranks as nodes: --ranks-per-node)");
+  node_group_ = shards_->split(shards_->node(), shards_->rank());
+  const std::vector<int64_t> sizes = shards_->all_gather_i64(node_group_->size());
+  ZDL_CHECK(std::all_of(sizes.begin(), sizes.end(), [&](int64_t n) { return n == sizes[0]; }), p, " ", what,
+            " needs the same number of ranks on every node");
+  if (qgz) across_nodes_ = shards_->split(node_group_->rank(), shards_->rank());
+}
+
+namespace {
+int bit_reverse(int r, int n) {  // over log2(n) bits
+  int out = 0;
+  for (int bit = 1, rev = n >> 1; bit < n; bit <<= 1, rev >>= 1)
+    if (r & bit) out |= rev;
+  return out;
+}
+}  // namespace
+
+// The leaf a rank's micro-batch stands for in the fixed reduction tree. Flat: the pairwise tree
+// of reduce_scatter_fixed_async over N ranks puts rank r at bit_reverse(r). Hybrid: the group's
+// tree (over j = r mod K) sums first, then the replicas' (over g = r / K), so the leaf is
+// bit_reverse(j) + K bit_reverse(g): the same balanced tree over N leaves, with the leaves
+// assigned to other ranks. One process summing micro-batches pairwise in index order builds it too.
 int64_t ZeroPartitioner::micro_batch_index(int64_t micro_step) const {
   const int n = comm_->size(), r = comm_->rank();
-  if (options_.reduction != GradReduction::Exact || !comm_->has_fixed_order()) return micro_step * n + r;
-  int leaf = 0;  // bit_reverse(r) over log2(n) bits
-  for (int bit = 1, rev = n >> 1; bit < n; bit <<= 1, rev >>= 1)
-    if (r & bit) leaf |= rev;
-  return micro_step * n + leaf;
+  const bool fixed = shards_->has_fixed_order() && (!replicas_ || replicas_->has_fixed_order());
+  if (options_.reduction != GradReduction::Exact || !fixed) return micro_step * n + r;
+  const int K = shards_->size();
+  return micro_step * n + bit_reverse(r % K, K) + K * bit_reverse(r / K, n / K);
 }
 
 ZeroPartitioner::~ZeroPartitioner() {
@@ -397,7 +481,7 @@ double ZeroPartitioner::clip_grad_norm(double max_norm) {
   finish_reduction();  // normally done when backward() returned
   unit_grad_sq_.assign(units_.size(), 0.0);
   check_gradients_complete("clip_grad_norm");
-  const bool sharded = context_.policy.shard_optimizer && comm_->size() > 1;
+  const bool sharded = context_.policy.shard_optimizer && shards_->size() > 1;  // replicas hold the same shards
   const bool exact_sum = options_.device.is_cpu() && options_.compute_dtype != DType::F64;
   double sq = 0.0;
   if (exact_sum) {
@@ -412,7 +496,7 @@ double ZeroPartitioner::clip_grad_norm(double max_norm) {
     }
     if (sharded) {
       agree(kNormReduce, nullptr);
-      total = kernels::cpu::ExactSquareSum::from_words(comm_->all_reduce_sums(total.words()));
+      total = kernels::cpu::ExactSquareSum::from_words(shards_->all_reduce_sums(total.words()));
     }
     sq = total.value();
   } else {
@@ -427,7 +511,7 @@ double ZeroPartitioner::clip_grad_norm(double max_norm) {
     }
     if (sharded) {
       agree(kNormReduce, nullptr);
-      sq = comm_->all_reduce_sum(sq);
+      sq = shards_->all_reduce_sum(sq);
     }
   }
   last_grad_norm_ = std::sqrt(sq);

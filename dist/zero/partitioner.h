@@ -81,7 +81,8 @@ class ZeroPartitioner {
   // micro-batches, numbered in data order (micro-batch m holds the step's sequences
   // [m b, (m+1) b) for b sequences per rank and micro-step). At micro-step a this rank
   // computes micro-batch a N + bit_reverse(rank) under exact reduction (the leaf its place
-  // in the reduction tree stands for; N a power of two), a N + rank otherwise. One process
+  // in the reduction tree stands for; N a power of two; hybrid sharding:
+  // a N + bit_reverse(rank mod K) + K bit_reverse(rank / K)), a N + rank otherwise. One process
   // with A = M computes the same micro-batches in order.
   int64_t micro_batch_index(int64_t micro_step) const;
 
@@ -136,6 +137,10 @@ class ZeroPartitioner {
   void set_trace(std::function<void(const TraceEvent&)> sink) { trace_ = std::move(sink); }
 
   Communicator& comm() { return *comm_; }
+  // The ranks the model states are sharded over (comm() unless hybrid sharding), and under hybrid
+  // sharding the ranks holding the same shard (else null). [Note: shard groups]
+  Communicator& shard_group() { return *shards_; }
+  Communicator* replicas() { return replicas_.get(); }
   const ZeroOptions& options() const { return options_; }
   ZeroStage stage() const { return options_.stage; }
   const StagePolicy& policy() const { return context_.policy; }
@@ -154,6 +159,9 @@ class ZeroPartitioner {
   friend class GatheredParameters;
 
   void check_offload_options() const;
+  void make_shard_groups();
+  void make_node_group();
+  void check_quantization() const;
   void settle_offload();
   void settle_unit(size_t i);  // unit i's offloaded buffers and the optimizer's states of it
   ParamUnit& make_unit(const std::string& name, const std::vector<std::pair<std::string, Tensor>>& params);
@@ -181,6 +189,9 @@ class ZeroPartitioner {
 
   std::shared_ptr<Communicator> comm_;
   ZeroOptions options_;
+  std::shared_ptr<Communicator> shards_, replicas_;  // [Note: shard groups]
+  std::shared_ptr<Communicator> node_group_;         // hpZ, qgZ: shards_'s ranks on this node
+  std::shared_ptr<Communicator> across_nodes_;       // qgZ: shards_'s ranks with this node rank
   std::unique_ptr<NvmeStore> nvme_;  // before context_, which points at it
   std::vector<std::vector<OffloadedBuffer*>> optimizer_states_;  // per unit, from the optimizer
   std::unique_ptr<OptimizerWindow> window_;

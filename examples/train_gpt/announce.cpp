@@ -57,6 +57,20 @@ void print_run(const Session& x, const DeviceInfo& gpu, int64_t first_step, cons
                   s.ds->files().files().size() > 1 ? detail::str(", ", s.ds->files().files().size(), " files") : "",
                   ") | batch ", a.batch, " x ", a.seq, " x accum ", a.grad_accum,
                   " | steps ", a.steps));
+  if (x.zero.options().quantize_weights)
+    say("qwZ: ZeRO-3's gathers move int8 codes (a scale per 256 values): the losses differ from the exact run's");
+  if (x.zero.options().quantize_grads)
+    say("qgZ: the gradient reduce-scatter moves int8 codes in two hops (within nodes, then across): the losses "
+        "differ from the exact run's");
+  if (x.comm.spans_nodes() || x.zero.replicas() != nullptr) {
+    const int K = x.zero.shard_group().size();
+    say(detail::str("layout: ", x.comm.size(), " ranks on ", x.comm.num_nodes(), " node(s) | states sharded over ", K,
+                    " rank(s)", x.zero.replicas() != nullptr
+                                    ? detail::str(" and replicated over ", x.comm.size() / K, " groups (hybrid sharding)")
+                                    : std::string(""),
+                    " | collectives within a group ", x.zero.shard_group().spans_nodes() ? "cross nodes" : "stay on a node",
+                    x.zero.options().secondary_partition ? " | hpZ: the backward's gathers within a node" : ""));
+  }
   if (s.tok) say(detail::str("tokenizer ", s.tok->source(), " (", s.tok->vocab_size(), " tokens)"));
   if (const dist::NvmeStore* nvme = x.zero.nvme_store()) {
     const MemoryStats off = memory_ledger().offloaded();
@@ -97,6 +111,11 @@ void announce(const Session& x, const DeviceInfo& gpu, int64_t first_step) {
                     {"world_size", x.comm.size()},
                     {"rank", x.comm.rank()},
                     {"zero_stage", a.zero_stage},
+                    {"shard_group", x.zero.shard_group().size()},
+                    {"secondary_partition", x.zero.options().secondary_partition},
+                    {"quantize_weights", a.quantize_weights},
+                    {"quantize_grads", a.quantize_grads},
+                    {"nodes", x.comm.num_nodes()},
                     {"dtype", dtype_name(s.dtype)},
                     {"offload_optimizer", dist::offload_target_name(s.offload.optimizer)},
                     {"offload_params", dist::offload_target_name(s.offload.params)},

@@ -45,6 +45,11 @@ struct Args {
   int zero_stage = 0;
   std::string dtype = "f32";
   int prefetch = 1;
+  int shard_group = 0;     // hybrid sharding: shard within groups of K ranks (0: all ranks)
+  bool secondary_partition = false;  // ZeRO++'s hpZ
+  std::string quantize_weights = "none";  // ZeRO++'s qwZ: none or int8
+  std::string quantize_grads = "none";    // ZeRO++'s qgZ: none or int8
+  int ranks_per_node = 0;  // 0: as launched; K: pose the ranks as nodes of K (docs/multinode.md)
   int64_t max_memory_per_rank = 0;
   std::string offload_optimizer = "none";  // none, cpu, nvme (docs/offload.md)
   std::string offload_params = "none";     // none, nvme

@@ -112,8 +112,9 @@ void check_offload(const Args& a, const CLI::App& app, Setup& s, int world, int 
     throw UsageError("--offload-dir '" + a.offload_dir + "' is not writable (" + why + ")");
   const dist::PaddedUnits units = dist::gpt_padded_units(s.cfg, world);
   int64_t per_rank = 0;
+  const int shards = a.shard_group > 0 ? a.shard_group : world;  // hybrid sharding: a group's share
   for (auto& [cat, bytes] : dist::offloaded_bytes_closed_form(dist::stage_from_int(a.zero_stage), o, units.total(),
-                                                              world, dist::ElementBytes::of(s.dtype)))
+                                                              shards, dist::ElementBytes::of(s.dtype)))
     per_rank += bytes;
   per_rank += 3 * static_cast<int64_t>(units.blocks.size() + 1) * 4096;  // up to 3 buffers a unit, 4 KiB aligned
   struct statvfs fs {};
@@ -143,6 +144,27 @@ void check_model(Args& a, const CLI::App& app, Setup& s, const data::TokenFiles&
   if (a.seq > s.cfg.block_size)
     throw UsageError(detail::str("--seq ", a.seq, " exceeds the model's context length ", s.cfg.block_size,
                                  s.resumed ? " (the checkpoint's model)" : !a.init_from.empty() ? " (the --init-from file's)" : ""));
+  if (a.shard_group > 0 && world % a.shard_group != 0)
+    throw UsageError(detail::str("--shard-group ", a.shard_group, " must divide the number of ranks ", world,
+                                 " (groups of K ranks shard the states, and the N/K groups replicate them)"));
+  if (a.shard_group > 0 && a.shard_group < world && a.zero_stage == 0)
+    throw UsageError(detail::str("--shard-group shards the model states within groups, but --zero-stage 0 (DDP) ",
+                                 "shards nothing: use --zero-stage 1, 2 or 3"));
+  if (a.secondary_partition && a.zero_stage != 3)
+    throw UsageError(detail::str("--secondary-partition keeps ZeRO-3's gathered parameters for the backward; use "
+                                 "--zero-stage 3 (got --zero-stage ", a.zero_stage, ")"));
+  if (a.quantize_weights != "none" && a.zero_stage != 3)
+    throw UsageError(detail::str("--quantize-weights quantizes ZeRO-3's parameter gathers; use --zero-stage 3 (got ",
+                                 "--zero-stage ", a.zero_stage, ")"));
+  if (a.quantize_weights != "none" && dev.is_cuda())
+    throw UsageError("--quantize-weights runs on CPU ranks in this version of zerodl");
+  if (a.quantize_grads != "none" && a.zero_stage == 0)
+    throw UsageError("--quantize-grads replaces ZeRO's gradient reduce-scatter; --zero-stage 0 (DDP) all-reduces: use "
+                     "--zero-stage 1, 2 or 3");
+  if (a.quantize_grads != "none" && dev.is_cuda())
+    throw UsageError("--quantize-grads runs on CPU ranks in this version of zerodl");
+  if (a.secondary_partition && a.offload_params != "none")
+    throw UsageError("--secondary-partition with --offload-params nvme is not supported: use one or the other");
   if (given(app, "--prefetch") && a.zero_stage != 3)
     throw UsageError(detail::str("--prefetch applies to --zero-stage 3 only (got --zero-stage ", a.zero_stage, ")"));
   if (given(app, "--peak-tflops") && !dev.is_cuda())
@@ -224,6 +246,19 @@ void open_outputs(Args& a, const CLI::App& app, Setup& s, const dist::Communicat
   }
 }
 
+// The layout flags against where the ranks are (docs/multinode.md).
+void check_layout(const Args& a, const dist::Communicator& comm) {
+  const char* flag = a.secondary_partition ? "--secondary-partition" : a.quantize_grads != "none" ? "--quantize-grads" : nullptr;
+  if (flag == nullptr) return;
+  const int K = a.shard_group > 0 ? a.shard_group : comm.size();
+  const std::vector<int> nodes = comm.nodes();
+  if (nodes.front() == nodes[static_cast<size_t>(K - 1)])  // the first group (all alike under a block layout)
+    throw UsageError(detail::str(flag, " keeps traffic within a node, but the ", K,
+                                 " ranks sharding the states are on one node already",
+                                 a.shard_group > 0 ? " (the shard group is a node)"
+                                                   : " (to pose the ranks as nodes: --ranks-per-node)"));
+}
+
 }  // namespace
 
 Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device dev) {
@@ -231,6 +266,7 @@ Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device d
   io::agree_on_usage(comm, [&] {
     data::TokenFiles files = open_data(a, s);
     check_model(a, app, s, files, comm.size(), comm.local_size(), dev);
+    check_layout(a, comm);
     open_dataset(a, s, std::move(files), comm);
     open_outputs(a, app, s, comm);
   });

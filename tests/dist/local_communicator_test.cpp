@@ -120,6 +120,10 @@ TEST(LocalCommunicator, CollectivesAreCopies) {
   comm.all_gather(block_of(full, 0, 3), full);
   EXPECT_EQ(full.to_vector(), (std::vector<double>{4, 5, 6}));
 
+  Tensor a2a = Tensor::zeros({3});
+  comm.all_to_all_async(t, a2a)->wait();
+  EXPECT_EQ(a2a.to_vector(), (std::vector<double>{1, 2, 3}));
+
   EXPECT_EQ(comm.all_gather_i64(42), (std::vector<int64_t>{42}));
   EXPECT_EQ(comm.all_reduce_sum(2.5), 2.5);
   comm.barrier();

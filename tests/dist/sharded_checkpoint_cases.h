@@ -99,7 +99,10 @@ struct ZeroRun {
   ZeroRun(Communicator& comm, RunConfig cfg, std::optional<nn::GPTConfig> gpt = std::nullopt) : comm(comm), c(cfg) {
     std::shared_ptr<Communicator> shared(&comm, [](Communicator*) {});
     zero = std::make_unique<ZeroPartitioner>(
-        shared, ZeroOptions{.stage = c.stage, .compute_dtype = c.dtype, .reduction = c.reduction, .offload = c.offload});
+        shared, ZeroOptions{.stage = c.stage, .compute_dtype = c.dtype, .reduction = c.reduction,
+                            .shard_group = c.shard_group, .secondary_partition = c.secondary_partition,
+                            .quantize_weights = c.quantize_weights, .quantize_grads = c.quantize_grads,
+                            .offload = c.offload});
     {
       auto scope = zero->placement_scope(c.seed);
       model = std::make_shared<nn::GPT>(gpt ? *gpt : tiny_gpt(c.dropout));

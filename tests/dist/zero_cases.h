@@ -41,7 +41,9 @@ inline void expect_equivalent(Communicator& comm, RunConfig c, double tol) {
 // compared with ==.
 inline void expect_identical(Communicator& comm, const RunConfig& c) {
   const std::string what = detail::str(comm.prefix(), " ", stage_name(c.stage), " ", dtype_name(c.dtype), " N=",
-                                       comm.size(), " accum ", c.grad_accum, " dropout ", c.dropout);
+                                       comm.size(), " shard group ", c.shard_group, c.secondary_partition ? " hpZ" : "",
+                                       " accum ", c.grad_accum, " dropout ", c.dropout, " checkpoint every ",
+                                       c.checkpoint_every);
   LocalCommunicator local;
   std::vector<std::pair<std::string, RunResult>> refs;
   refs.emplace_back("one process's", run_zero(local, local_equivalent(c, comm.size())));
@@ -92,14 +94,15 @@ inline void expect_checkpointing_identical(Communicator& comm, ZeroStage stage) 
 // paper evaluated at the padded size P (the padding is < N elements per unit):
 //   f32: params 4P, grads 4P, Adam 8P; stage 1: Adam / N; stage 2: + grads / N; stage 3: all / N.
 //   bf16: params 2P, grads 2P, optimizer 12P (f32 master weights and Adam's moments: K = 12).
-inline void expect_memory_closed_form(Communicator& comm, ZeroStage stage, DType dtype = DType::F32) {
-  const int64_t N = comm.size();
+// shard_group: hybrid sharding's K (0: all N ranks); each rank then holds its group's share, 1/K.
+inline void expect_memory_closed_form(Communicator& comm, ZeroStage stage, DType dtype = DType::F32, int shard_group = 0) {
+  const int64_t N = comm.size(), K = shard_group == 0 ? N : shard_group;
   auto cur = [](MemoryCategory k) { return memory_ledger().stats(Device::cpu()).current_of(k); };
   const MemoryCategory cats[] = {MemoryCategory::Parameter, MemoryCategory::ParameterShard, MemoryCategory::Gradient,
                                  MemoryCategory::GradientShard, MemoryCategory::OptimizerState};
   std::map<MemoryCategory, int64_t> base;
   for (auto k : cats) base[k] = cur(k);
-  RunConfig c{.stage = stage, .dtype = dtype, .steps = 1};
+  RunConfig c{.stage = stage, .dtype = dtype, .steps = 1, .batch = std::max<int64_t>(4, N), .shard_group = shard_group};
   const ElementBytes bytes = ElementBytes::of(dtype);
   Probe probe;
   probe.after_wrap = [](ZeroPartitioner&) { memory_ledger().reset_peaks(Device::cpu()); };
@@ -119,10 +122,11 @@ inline void expect_memory_closed_form(Communicator& comm, ZeroStage stage, DType
     }
     const int64_t P = z.num_padded(), psi = z.num_parameters();
     EXPECT_LT(P - psi, N * static_cast<int64_t>(z.units().size()));
-    std::map<MemoryCategory, int64_t> want = state_bytes_closed_form(stage, P, N, bytes);
+    std::map<MemoryCategory, int64_t> want = state_bytes_closed_form(stage, P, K, bytes);
     for (auto k : cats)
       EXPECT_EQ(cur(k) - base[k], want[k]) << comm.prefix() << " " << stage_name(stage) << " " << dtype_name(dtype)
-                                           << " " << category_name(k) << " bytes (P=" << P << ", N=" << N << ")";
+                                           << " " << category_name(k) << " bytes (P=" << P << ", N=" << N << ", K=" << K
+                                           << ")";
   };
   run_zero(comm, c, probe);
 }
@@ -150,16 +154,28 @@ inline void expect_gpt_units_predicted(Communicator& comm) {
 // wire = payload x (N-1)/N (x 2 for all-reduce).
 // With checkpoint_every > 0 the blocks recompute in backward: under ZeRO-3 inside their backward
 // gather window, so the traffic is the same 3 Psi.
-inline void expect_traffic_closed_form(Communicator& comm, ZeroStage stage, int64_t checkpoint_every = 0) {
+inline std::vector<int64_t> padded_sizes(const ZeroPartitioner& z) {
+  std::vector<int64_t> out;
+  for (const ParamUnit* u : z.units()) out.push_back(u->padded());
+  return out;
+}
+
+// layout: hybrid sharding's group and the nodes the ranks are posed on (comm's, which must agree);
+// its N is comm's. The bytes crossing nodes are checked too.
+inline void expect_traffic_closed_form(Communicator& comm, ZeroStage stage, int64_t checkpoint_every = 0,
+                                       RankLayout layout = {}) {
   const int64_t N = comm.size();
-  RunConfig c{.stage = stage, .steps = 2, .batch = std::max<int64_t>(4, N), .checkpoint_every = checkpoint_every};
+  layout.N = N;
+  RunConfig c{.stage = stage, .steps = 2, .batch = std::max<int64_t>(4, N), .checkpoint_every = checkpoint_every,
+              .shard_group = static_cast<int>(layout.shard_group), .secondary_partition = layout.secondary_partition,
+              .quantize_weights = layout.quantize_weights, .quantize_grads = layout.quantize_grads};
   Probe probe;
   probe.after_wrap = [](ZeroPartitioner&) { comm_ledger().reset(); };
   probe.after_step = [&](ZeroPartitioner& z, int step) {
     auto st = [](CollectiveKind k, CommPhase p) { return comm_ledger().stats(k, p); };
     std::vector<ExpectedTraffic> want;
     for (const ExpectedTraffic& w :
-         traffic_closed_form(stage, z.num_padded(), static_cast<int64_t>(z.units().size()), N, ElementBytes::of(DType::F32)))
+         traffic_closed_form(stage, padded_sizes(z), layout, ElementBytes::of(DType::F32)))
       if (w.phase != CommPhase::Other) want.push_back(w);  // the norm's words: bounded below
     int64_t counted = 0;
     for (auto& w : want) {
@@ -168,6 +184,9 @@ inline void expect_traffic_closed_form(Communicator& comm, ZeroStage stage, int6
           << phase_name(w.phase);
       EXPECT_EQ(st(w.kind, w.phase).wire_bytes, w.wire)
           << comm.prefix() << " " << stage_name(stage) << " " << collective_name(w.kind) << "/" << phase_name(w.phase);
+      EXPECT_EQ(st(w.kind, w.phase).inter_node_wire_bytes, w.inter_node)
+          << comm.prefix() << " " << stage_name(stage) << " K=" << layout.K() << " R=" << layout.R() << " "
+          << collective_name(w.kind) << "/" << phase_name(w.phase) << ": inter-node bytes";
       counted += w.payload;
     }
     // Nothing else moved model bytes: what remains is the gradient-norm all-reduce (the exact

@@ -60,6 +60,11 @@ struct RunConfig {
   Device device = Device::cpu();
   // ZeroOptions::offload (docs/offload.md).
   OffloadOptions offload;
+  // ZeroOptions::shard_group (hybrid sharding; 0: all ranks) and secondary_partition (hpZ).
+  int shard_group = 0;
+  bool secondary_partition = false;
+  bool quantize_weights = false;  // ZeroOptions::quantize_weights (qwZ)
+  bool quantize_grads = false;    // ZeroOptions::quantize_grads (qgZ)
 };
 
 // The same steps as `c` on N ranks, run by one process: micro-batches of batch / N rows, N
@@ -67,6 +72,10 @@ struct RunConfig {
 inline RunConfig local_equivalent(RunConfig c, int n) {
   c.batch /= n;
   c.grad_accum *= n;
+  c.shard_group = 0;
+  c.secondary_partition = false;
+  c.quantize_weights = false;
+  c.quantize_grads = false;
   return c;
 }
 
@@ -221,6 +230,8 @@ inline RunResult run_zero(Communicator& comm, const RunConfig& c, const Probe& p
   std::shared_ptr<Communicator> shared(&comm, [](Communicator*) {});
   ZeroPartitioner zero(shared, ZeroOptions{.stage = c.stage, .compute_dtype = c.dtype, .device = c.device,
                                            .prefetch = c.prefetch, .reduction = c.reduction, .no_sync = c.no_sync,
+                                           .shard_group = c.shard_group, .secondary_partition = c.secondary_partition,
+                                           .quantize_weights = c.quantize_weights, .quantize_grads = c.quantize_grads,
                                            .offload = c.offload, .is_unit = c.is_unit});
   std::shared_ptr<nn::GPT> model;
   {

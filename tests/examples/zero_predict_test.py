@@ -116,10 +116,61 @@ def check_offload(exe):
         expect(tuple(r[1:]) == want, f"ZeRO-3 offload {r[1:]}, by hand {want}")
 
 
+def record_words(n):
+    """int32 words of an int8 record of n values: codes (whole words), then a scale per 256."""
+    return (n + 3) // 4 + (n + 255) // 256
+
+
+def check_cluster(exe):
+    """Past one node, GPT-2 XL in bf16 on N = 64 ranks, 8 nodes of R = 8, by hand
+    (docs/multinode.md): model states per rank and bytes per step, within and across nodes."""
+    import re
+    N, R, s, k = 64, 8, 2, 12
+    M = N // R
+    units = [pad(ROOT, N)] + [pad(BLOCK, N)] * L
+    P = sum(units)
+    norm = 8 * 21  # the exact gradient norm's 21 words
+    ring = lambda payload, n: payload * (n - 1) // n
+    flat_norm = 2 * ring(norm, N)
+    q_gather = sum(4 * N * record_words(u // N) for u in units)
+    q_hop1 = sum(4 * record_words(u // N) * M * (R - 1) for u in units)
+    q_hop2 = sum(4 * record_words(u // N) * (M - 1) for u in units)
+    want = {  # layout: (states, wire, across)
+        "DDP": ((2 * s + k) * P, 2 * ring(s * P, N), 2 * ring(s * P, N)),
+        "ZeRO-3": ((2 * s + k) * P // N, 3 * ring(s * P, N) + flat_norm, 3 * ring(s * P, N) + flat_norm),
+        "HSDP (ZeRO-3, K = R)": ((2 * s + k) * P // R, 3 * ring(s * P, R) + 2 * ring(s * P // R, M) + 2 * ring(norm, R),
+                                 2 * ring(s * P // R, M)),
+        "ZeRO-3 + hpZ": ((2 * s + k) * P // N, 2 * ring(s * P, N) + ring(s * P, R) + flat_norm,
+                         2 * ring(s * P, N) + flat_norm),
+        "ZeRO++ (hpZ qwZ qgZ)": ((2 * s + k) * P // N, ring(q_gather, N) + ring(s * P, R) + q_hop1 + q_hop2 + flat_norm,
+                                 ring(q_gather, N) + q_hop2 + flat_norm),
+    }
+    res = subprocess.run([exe, "--model", "gpt2-xl", "--ranks", str(N), "--dtype", "bf16", "--ranks-per-node", str(R)],
+                         capture_output=True, text=True, timeout=60)
+    expect(res.returncode == 0, f"cluster: exit {res.returncode}: {res.stderr}")
+    rows = {m[0].strip(): m[1:] for m in re.findall(
+        r"^  (\S.{21})\s+(\d+\.\d+ [GM]iB)\s+(\d+\.\d+ [GM]iB)\s+(\d+\.\d+ [GM]iB)\s+(\d+\.\d+ [GM]iB)\s*$",
+        res.stdout, re.M)}
+    expect(sorted(rows) == sorted(want), f"cluster layouts {sorted(rows)}")
+    for name, (states, wire, across) in want.items():
+        got = rows.get(name)
+        expect(got == (gib(states), gib(wire), gib(wire - across), gib(across)),
+               f"cluster {name}: printed {got}, by hand {(gib(states), gib(wire), gib(wire - across), gib(across))}")
+    # ZeRO++ crosses nodes with about an eighth of ZeRO-3's bytes: qwZ's int8 gathers (1/2 of
+    # bf16's), hpZ keeps the backward's on the node, qgZ sends 1/R of the gradient in int8.
+    expect(want["ZeRO++ (hpZ qwZ qgZ)"][2] * 5 < want["ZeRO-3"][2], "ZeRO++ should cross nodes with < 1/5 of ZeRO-3's bytes")
+    # The step-time model: compute plus each link's bytes over its bandwidth (no overlap), or the
+    # larger of the two (full overlap); flags that need each other.
+    res = subprocess.run([exe, "--model", "gpt2-xl", "--ranks", "64", "--dtype", "bf16", "--ranks-per-node", "8",
+                          "--intra-gbps", "450", "--inter-gbps", "200"], capture_output=True, text=True, timeout=60)
+    expect(res.returncode == 2 and "--tflops" in res.stderr, f"cluster time without --tflops: {res.returncode} {res.stderr}")
+
+
 def main():
     exe = sys.argv[1]
     check_overlap(exe)
     check_offload(exe)
+    check_cluster(exe)
     expect(PSI == 1_557_611_200, f"GPT-2 XL has {PSI} parameters by this count")
     # The Ultra-Scale Playbook counts h v + L (12 h^2 + 13 h) + 2 h parameters (tied embeddings, no
     # learned positions); GPT-2 adds its T h position embeddings. Its memory table gives 16 bytes

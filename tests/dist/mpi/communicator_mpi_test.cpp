@@ -139,6 +139,30 @@ TEST(MpiCommunicator, AllGatherConcatenatesBlocksAlsoInPlace) {
   }
 }
 
+// Block j of rank r's input reaches rank j as its block r; the ledger counts the input as payload.
+TEST(MpiCommunicator, AllToAllSendsBlockJToRankJ) {
+  Communicator& c = world();
+  const int N = c.size(), r = c.rank();
+  const int64_t n = 5;
+  auto value = [](int from, int to, int64_t i) { return static_cast<double>(from * 100 + to * 10 + i); };
+  for (DType dt : {DType::F32, DType::I32, DType::F64}) {
+    std::vector<double> in_v;
+    for (int to = 0; to < N; ++to)
+      for (int64_t i = 0; i < n; ++i) in_v.push_back(value(r, to, i));
+    Tensor in = Tensor::from_vector(in_v, {N * n}, dt), out = Tensor::full({N * n}, -1, dt);
+    comm_ledger().reset();
+    c.all_to_all_async(in, out)->wait();
+    const CommStats st = comm_ledger().total(CollectiveKind::AllToAll);
+    comm_ledger().reset();
+    std::vector<double> expect;
+    for (int from = 0; from < N; ++from)
+      for (int64_t i = 0; i < n; ++i) expect.push_back(value(from, r, i));
+    EXPECT_EQ(out.to_vector(), expect) << dtype_name(dt);
+    EXPECT_EQ(st.payload_bytes, static_cast<int64_t>(in.nbytes()));
+    EXPECT_EQ(st.wire_bytes, static_cast<int64_t>(in.nbytes()) * (N - 1) / N);
+  }
+}
+
 TEST(MpiCommunicator, BroadcastFromEveryRoot) {
   Communicator& c = world();
   const int N = c.size(), r = c.rank();
