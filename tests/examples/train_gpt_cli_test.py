@@ -901,6 +901,7 @@ class TrainGptCli(unittest.TestCase):
             self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
 
     @unittest.skipIf(MPIRUN is None, "no mpirun")
+    @unittest.skipIf(os.environ.get("ZDL_SANITIZED"), "800 steps of arithmetic: the Release build's run checks it")
     def test_zero_plus_plus_quantization_drifts_within_its_bound_over_200_steps(self):
         # docs/multinode.md: qwZ and qgZ break the bits by design. The yardstick is what the run
         # learns: over 200 steps on 4 ranks (2 posed nodes for qgZ) the exact run's loss falls by D
