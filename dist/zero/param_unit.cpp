@@ -287,8 +287,8 @@ void ParamUnit::unshard(CommPhase phase) {
 
 // [Note: quantized gather] ZeRO++'s qwZ: the training gathers move each shard as int8 codes and a
 // float scale per block of 256 (kernels/cpu/quantize.h), packed in one int32 buffer per rank
-// (kernels::cpu::quantized_record_words), and every rank dequantizes the K records into the full parameters:
-// about s/1 + 4/256 bytes per element instead of s. The master weights are never quantized; the
+// (kernels::cpu::quantized_record_words), and every rank dequantizes the K records into the full
+// parameters: 1 + 4/256 bytes per element instead of s. The master weights are never quantized; the
 // forward and backward compute with weights within max|block| / 254 of them (the same values in
 // both, as the same shard quantizes to the same codes). GatheredParameters (phase Other) gathers
 // exact values.
