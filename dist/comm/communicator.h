@@ -87,7 +87,7 @@ class Communicator {
   // The node (host) of each of this communicator's ranks, numbered 0.. in order of first
   // appearance; one node (all 0) unless init() found several hosts or set_ranks_per_node said so.
   std::vector<int> nodes() const;
-  int node() const { return nodes()[static_cast<size_t>(rank())]; }
+  int node() const { return nodes_.empty() ? 0 : nodes_[static_cast<size_t>(rank())]; }
   int num_nodes() const;
   // Its ranks sit on more than one node: its collectives' wire bytes are inter-node traffic
   // ([Note: inter-node bytes] in comm_ledger.h).

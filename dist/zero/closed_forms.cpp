@@ -138,7 +138,6 @@ struct Quantized {
 
 std::vector<ExpectedTraffic> traffic(ZeroStage stage, int64_t P, int64_t units, const RankLayout& L, ElementBytes e,
                                      const Quantized& q = {}) {
-  const int64_t quantized_payload = q.gather_payload;
   const int64_t N = L.N, K = L.K(), G = L.G();
   const bool hybrid = K < N;
   const int64_t pay = e.s * P, one = model_volume_wire_bytes(P, K, e);
@@ -148,26 +147,25 @@ std::vector<ExpectedTraffic> traffic(ZeroStage stage, int64_t P, int64_t units, 
   auto group = [&](CollectiveKind kind, CommPhase phase, int64_t wire, const char* formula) {
     w.push_back({kind, phase, units, pay, wire, L.group_spans_nodes() ? wire : 0, formula});
   };
+  // qwZ: a training gather of int8 records, within the group.
+  auto quantized_gather = [&](CommPhase phase) {
+    const int64_t wire = q.gather_payload * (K - 1) / K;
+    w.push_back({CollectiveKind::AllGather, phase, units, q.gather_payload, wire, L.group_spans_nodes() ? wire : 0,
+                 "K 4 W (K-1)/K"});
+  };
   if (!pol.shard_optimizer) {
     group(CollectiveKind::AllReduce, CommPhase::GradReduce, 2 * one, "2 s Psi (N-1)/N");
   } else {
     const char* f = hybrid ? "s Psi (K-1)/K" : "s Psi (N-1)/N";
     if (pol.shard_parameters) {
-      if (quantized_payload > 0) {  // int8 codes and scales, the records of K ranks
-        const int64_t wire = quantized_payload * (K - 1) / K;
-        w.push_back({CollectiveKind::AllGather, CommPhase::ForwardGather, units, quantized_payload, wire,
-                     L.group_spans_nodes() ? wire : 0, "K 4 W (K-1)/K"});
-      } else {
-        group(CollectiveKind::AllGather, CommPhase::ForwardGather, one, f);
-      }
+      if (q.gather_payload > 0) quantized_gather(CommPhase::ForwardGather);
+      else group(CollectiveKind::AllGather, CommPhase::ForwardGather, one, f);
       if (L.secondary_partition) {  // from the secondary partition, over the group's ranks on the node
         const int64_t R = std::min(K, L.R());
         w.push_back({CollectiveKind::AllGather, CommPhase::BackwardGather, units, pay, model_volume_wire_bytes(P, R, e), 0,
                      "s Psi (R-1)/R"});
-      } else if (quantized_payload > 0) {
-        const int64_t wire = quantized_payload * (K - 1) / K;
-        w.push_back({CollectiveKind::AllGather, CommPhase::BackwardGather, units, quantized_payload, wire,
-                     L.group_spans_nodes() ? wire : 0, "K 4 W (K-1)/K"});
+      } else if (q.gather_payload > 0) {
+        quantized_gather(CommPhase::BackwardGather);
       } else {
         group(CollectiveKind::AllGather, CommPhase::BackwardGather, one, f);
       }

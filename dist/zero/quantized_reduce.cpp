@@ -26,10 +26,9 @@ void add_records(int64_t n, int64_t W, const int32_t* first, int64_t stride_reco
 // Hop 1 in flight; wait() runs the rest on the waiting thread.
 class QuantizedReduceWork final : public Work {
  public:
-  QuantizedReduceWork(Communicator& across, Tensor input, Tensor output, Tensor sent, Tensor received,
-                      std::shared_ptr<Work> hop1)
-      : across_(across), input_(std::move(input)), output_(std::move(output)), sent_(std::move(sent)),
-        received_(std::move(received)), hop1_(std::move(hop1)), phase_(current_comm_phase()) {}
+  QuantizedReduceWork(Communicator& across, Tensor output, Tensor sent, Tensor received, std::shared_ptr<Work> hop1)
+      : across_(across), output_(std::move(output)), sent_(std::move(sent)), received_(std::move(received)),
+        hop1_(std::move(hop1)), phase_(current_comm_phase()) {}
 
   bool done() override { return finished_; }
 
@@ -62,13 +61,13 @@ class QuantizedReduceWork final : public Work {
       BFloat16* out = output_.data<BFloat16>();
       for (int64_t i = 0; i < S; ++i) out[i] = BFloat16(total[static_cast<size_t>(i)]);
     }
-    input_ = output_ = Tensor();
+    output_ = Tensor();
     finished_ = true;
   }
 
  private:
   Communicator& across_;
-  Tensor input_, output_, sent_, received_;
+  Tensor output_, sent_, received_;
   std::shared_ptr<Work> hop1_;
   CommPhase phase_;
   bool finished_ = false;
@@ -100,7 +99,7 @@ std::shared_ptr<Work> quantized_reduce_scatter_async(Communicator& node, Communi
     for (int64_t n = 0; n < M; ++n)
       quantize_record(t, S, in + static_cast<size_t>((n * R + peer) * S) * es, out + (peer * M + n) * W);
   std::shared_ptr<Work> hop1 = node.all_to_all_async(sent, received);
-  return std::make_shared<QuantizedReduceWork>(across, input, output, sent, received, std::move(hop1));
+  return std::make_shared<QuantizedReduceWork>(across, output, sent, received, std::move(hop1));
 }
 
 }  // namespace zdl::dist

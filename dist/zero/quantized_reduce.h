@@ -23,8 +23,8 @@ namespace zdl::dist {
 
 // input: the unit's full gradients (K S elements, f32 or bf16, CPU); output: this rank's block
 // (S elements). `node`: the group's ranks on this node (size R, rank l); `across`: the group's
-// ranks with this node rank (size M, rank n). Hop 1 is issued now; wait() finishes it, runs hop 2
-// and writes the output. Both tensors must stay alive until then.
+// ranks with this node rank (size M, rank n). The input is quantized and hop 1 issued now; wait()
+// finishes it, runs hop 2 and writes the output, which must stay alive until then.
 std::shared_ptr<Work> quantized_reduce_scatter_async(Communicator& node, Communicator& across, const Tensor& input,
                                                      const Tensor& output);
 
