@@ -3,12 +3,16 @@
 // to the same model in PyTorch (bench/torch_train_step.py) measured in the same run.
 //
 //   train_step_bench [--layers 4 --heads 4 --embd 256 --seq 128 --batch 8 --vocab 256 --steps 20 --warmup 3
-//                     --checkpoint K]
+//                     --checkpoint K --dtype f32|bf16 --gemm eigen,avx2]
 // --checkpoint K: activation checkpointing of blocks 0, K, 2K, ... (0: off); the line then also
 // gives the step's activation peak (bytes, from the memory ledger).
 // --dtype bf16: mixed precision as train_gpt --dtype bf16 runs it (bf16 parameters, activations
 // and gradients; f32 masters and AdamW moments), through dist::Trainer on one rank; f32 (the
 // default) is the plain loop below. Torch's twin is autocast (bench/torch_train_step.py).
+// --gemm A,B[,...]: the f32 GEMM back ends (eigen, avx2, onednn: kernels/cpu/matmul.h) taken in
+// turn, one per step, and one line per back end with its median step. Alternating step by step
+// lets a comparison see the same machine load, which on a shared machine drifts by more than the
+// difference between back ends from one process to the next.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +25,7 @@
 #include "dist/zero/trainer.h"
 #include "dist/zero/partitioner.h"
 #include "dist/zero/zero_adamw.h"
+#include "kernels/cpu/matmul.h"
 #include "nn/activation_checkpoint.h"
 #include "nn/gpt.h"
 #include "nn/parameter_factory.h"
@@ -32,6 +37,7 @@ using namespace zdl;
 int main(int argc, char** argv) {
   int64_t L = 4, H = 4, C = 256, T = 128, B = 8, V = 256, steps = 20, warmup = 3, checkpoint = 0;
   bool bf16 = false;
+  std::vector<kernels::cpu::GemmBackend> gemms{kernels::cpu::gemm_backend()};
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     int64_t v = std::atoll(argv[i + 1]);
@@ -40,6 +46,20 @@ int main(int argc, char** argv) {
       if (!bf16 && std::strcmp(argv[i + 1], "f32") != 0) {
         std::fprintf(stderr, "--dtype must be f32 or bf16, got %s\n", argv[i + 1]);
         return 2;
+      }
+    } else if (k == "--gemm") {
+      gemms.clear();
+      std::string list = argv[i + 1];
+      for (size_t at = 0; at <= list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        try {
+          gemms.push_back(kernels::cpu::gemm_backend_named(list.substr(at, comma - at).c_str()));
+          kernels::cpu::set_gemm_backend(gemms.back());
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "--gemm: %s\n", e.what());
+          return 2;
+        }
+        at = comma + 1;
       }
     } else if (k == "--layers") L = v;
     else if (k == "--heads") H = v;
@@ -54,6 +74,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
     }
+  }
+  if (steps < 1 || warmup < 0) {
+    std::fprintf(stderr, "--steps must be >= 1 and --warmup >= 0\n");
+    return 2;
   }
   nn::GPTConfig cfg{.vocab_size = V, .block_size = T, .n_layer = L, .n_head = H, .n_embd = C};
   std::shared_ptr<nn::GPT> model;
@@ -80,9 +104,11 @@ int main(int argc, char** argv) {
   }
   model->train();
   int64_t activation_peak = 0;
-  std::vector<double> ms;
+  std::vector<std::vector<double>> ms(gemms.size());  // per back end
   double loss = 0;
-  for (int64_t s = 0; s < warmup + steps; ++s) {
+  const int64_t n = static_cast<int64_t>(gemms.size());
+  for (int64_t s = 0; s < warmup + steps * n; ++s) {
+    kernels::cpu::set_gemm_backend(gemms[static_cast<size_t>(s % n)]);
     Tensor ids = Tensor::rand({B, T + 1}, 100 + s, DType::F32, Device::cpu(), 0, 0, V).to(DType::I64);
     Tensor x = contiguous(slice(ids, 1, 0, T)), y = contiguous(slice(ids, 1, 1, T + 1));
     const int64_t act0 = memory_ledger().stats(Device::cpu()).current_of(MemoryCategory::Activation);
@@ -100,13 +126,15 @@ int main(int argc, char** argv) {
       loss = l.item();
     }
     auto t1 = std::chrono::steady_clock::now();
-    if (s >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    if (s >= warmup) ms[static_cast<size_t>(s % n)].push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     activation_peak = memory_ledger().stats(Device::cpu()).peak_of(MemoryCategory::Activation) - act0;
   }
-  std::sort(ms.begin(), ms.end());
-  double med = ms[ms.size() / 2];
-  std::printf("zerodl dtype=%s params=%lld step_ms=%.2f tokens_per_s=%.0f loss=%.17g activation_peak=%lld\n",
-              bf16 ? "bf16" : "f32", static_cast<long long>(model->num_parameters()), med, B * T / (med / 1000.0), loss,
-              static_cast<long long>(activation_peak));
+  for (size_t g = 0; g < gemms.size(); ++g) {
+    std::sort(ms[g].begin(), ms[g].end());
+    const double med = ms[g][ms[g].size() / 2];
+    std::printf("zerodl dtype=%s params=%lld step_ms=%.2f tokens_per_s=%.0f loss=%.17g activation_peak=%lld gemm=%s\n",
+                bf16 ? "bf16" : "f32", static_cast<long long>(model->num_parameters()), med, B * T / (med / 1000.0),
+                loss, static_cast<long long>(activation_peak), kernels::cpu::gemm_backend_name(gemms[g]));
+  }
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <type_traits>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "core/check.h"
 #include "kernels/cpu/compute_type.h"
 #include "kernels/cpu/eigen.h"
+#include "kernels/cpu/gemm_avx2.h"
 #include "kernels/cpu/parallel.h"
 
 namespace zdl::kernels::cpu {
@@ -76,12 +78,19 @@ void eigen_product(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, in
   else with_a(RowMajorView<T>(a, M, K, Eigen::OuterStride<>(lda)));
 }
 
-// One product on the calling thread: oneDNN's sgemm for f32 where built with it (a JIT kernel
-// for the CPU it runs on; it starts no threads of its own here, since every caller has set
-// this thread's OpenMP thread count to 1), Eigen's otherwise and for f64.
+// One product on the calling thread: for f32 the chosen back end's (zerodl's AVX2 kernel, or
+// oneDNN's sgemm, a JIT kernel for the CPU it runs on that starts no threads of its own here,
+// since every caller has set this thread's OpenMP thread count to 1), Eigen's otherwise and
+// for f64.
 template <class T>
 void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b, const T* b,
                   int64_t ldb, T* c, int64_t ldc, bool accumulate) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (gemm_backend() == GemmBackend::Avx2) {
+      gemm_avx2(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
+      return;
+    }
+  }
 #if ZDL_WITH_ONEDNN
   if constexpr (std::is_same_v<T, float>) {
     if (gemm_backend() == GemmBackend::OneDnn && K > 0) {
@@ -155,9 +164,15 @@ void gemm_unchecked(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, i
   if (M == 0 || N == 0) return;
   const int64_t tiles_m = (M + kTileRows - 1) / kTileRows;
   int64_t tiles_n = 1;
-  if (tiles_m < kWantTiles && M * N * K >= kSmallProduct)
-    tiles_n = std::max<int64_t>(1, std::min((kWantTiles + tiles_m - 1) / tiles_m, N / kMinTileCols));
-  const int64_t tm = (M + tiles_m - 1) / tiles_m, tn = (N + tiles_n - 1) / tiles_n;
+  if (tiles_m < kWantTiles && M * N * K >= kSmallProduct) {
+    const int64_t most = std::max<int64_t>(1, N / kMinTileCols);
+    tiles_n = std::min((kWantTiles + tiles_m - 1) / tiles_m, most);
+    // An even number of tiles where one more column of them allows it: 2 or 4 threads then
+    // share them evenly (9 tiles on 2 threads idle one for a ninth of the product).
+    if ((tiles_m * tiles_n) % 2 == 1 && tiles_n > 1 && tiles_n < most) ++tiles_n;
+  }
+  // Tile widths in whole multiples of 16 columns: the AVX2 kernel's register block.
+  const int64_t tm = (M + tiles_m - 1) / tiles_m, tn = ((N + tiles_n - 1) / tiles_n + 15) / 16 * 16;
   auto tile = [&](int64_t i) {
     const int64_t m0 = (i / tiles_n) * tm, n0 = (i % tiles_n) * tn;
     const int64_t mm = std::min(tm, M - m0), nn = std::min(tn, N - n0);
@@ -233,20 +248,22 @@ bool cpu_has_avx512() {
 #endif
 }
 
-// The default: ZDL_CPU_GEMM if set, else oneDNN where built and the CPU has AVX-512, else Eigen.
+// The default: ZDL_CPU_GEMM if set, else oneDNN where built and the CPU has AVX-512, else
+// zerodl's AVX2 kernel where the CPU has AVX2 and FMA, else Eigen.
 GemmBackend backend_from_environment() {
   const char* env = std::getenv("ZDL_CPU_GEMM");
-  if (env == nullptr || *env == '\0')
-    return ZDL_WITH_ONEDNN && cpu_has_avx512() ? GemmBackend::OneDnn : GemmBackend::Eigen;
-  if (std::strcmp(env, "eigen") == 0) return GemmBackend::Eigen;
-  ZDL_CHECK(std::strcmp(env, "onednn") == 0, "ZDL_CPU_GEMM must be eigen or onednn, got '", env, "'");
-  return GemmBackend::OneDnn;
+  if (env == nullptr || *env == '\0') {
+    if (ZDL_WITH_ONEDNN && cpu_has_avx512()) return GemmBackend::OneDnn;
+    return gemm_avx2_supported() ? GemmBackend::Avx2 : GemmBackend::Eigen;
+  }
+  return gemm_backend_named(env);
 }
 GemmBackend& current_backend() {
   static GemmBackend chosen = [] {
     const GemmBackend b = backend_from_environment();
-    ZDL_CHECK(gemm_backend_available(b), "ZDL_CPU_GEMM=onednn, but this build has no oneDNN (scripts/setup.sh ",
-              "installs libdnnl-dev; cmake/ZdlOneDnn.cmake finds it)");
+    ZDL_CHECK(b != GemmBackend::OneDnn || gemm_backend_available(b), "ZDL_CPU_GEMM=onednn, but this build has no ",
+              "oneDNN (scripts/setup.sh installs libdnnl-dev; cmake/ZdlOneDnn.cmake finds it)");
+    ZDL_CHECK(gemm_backend_available(b), "ZDL_CPU_GEMM=avx2, but this CPU lacks AVX2 or FMA");
     return b;
   }();
   return chosen;
@@ -254,14 +271,32 @@ GemmBackend& current_backend() {
 
 }  // namespace
 
-bool gemm_backend_available(GemmBackend b) { return b == GemmBackend::Eigen || ZDL_WITH_ONEDNN; }
+GemmBackend gemm_backend_named(const char* name) {
+  const GemmBackend all[] = {GemmBackend::Eigen, GemmBackend::Avx2, GemmBackend::OneDnn};
+  const auto* it = std::find_if(std::begin(all), std::end(all),
+                                [&](GemmBackend b) { return std::strcmp(name, gemm_backend_name(b)) == 0; });
+  ZDL_CHECK(it != std::end(all), "a CPU GEMM back end is eigen, avx2 or onednn, got '", name, "'");
+  return *it;
+}
+
+bool gemm_backend_available(GemmBackend b) {
+  switch (b) {
+    case GemmBackend::Eigen: return true;
+    case GemmBackend::Avx2: return gemm_avx2_supported();
+    case GemmBackend::OneDnn: return ZDL_WITH_ONEDNN;
+  }
+  return false;
+}
 GemmBackend gemm_backend() { return current_backend(); }
 void set_gemm_backend(GemmBackend b) {
-  ZDL_CHECK(gemm_backend_available(b), "set_gemm_backend: this build has no oneDNN");
+  ZDL_CHECK(gemm_backend_available(b), "set_gemm_backend: ", gemm_backend_name(b), " is not available here (",
+            b == GemmBackend::OneDnn ? "a build without oneDNN" : "a CPU without AVX2 and FMA", ")");
   current_backend() = b;
 }
 
-const char* gemm_backend_name(GemmBackend b) { return b == GemmBackend::OneDnn ? "onednn" : "eigen"; }
+const char* gemm_backend_name(GemmBackend b) {
+  return b == GemmBackend::OneDnn ? "onednn" : b == GemmBackend::Avx2 ? "avx2" : "eigen";
+}
 
 template <class T>
 void gemm(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b, const T* b,

@@ -8,10 +8,11 @@
 // backward multiply by transposes (dA = dC B^T, dB = A^T dC) and let transposed views of
 // inputs in without a copy. C is always plain row-major.
 //
-// Back end. f32 products run on oneDNN's sgemm where the build found it (cmake/ZdlOneDnn.cmake),
-// else on Eigen's, as f64 products always do. ZDL_CPU_GEMM=eigen (or onednn) in the environment
-// picks one at run time, for comparisons; either way the results do not depend on the thread
-// count (the note in matmul.cpp).
+// Back end. f32 products run on oneDNN's sgemm where the build found it (cmake/ZdlOneDnn.cmake)
+// and the CPU has AVX-512, else on zerodl's own AVX2 kernel (kernels/cpu/gemm_avx2.h) where the
+// CPU has AVX2 and FMA, else on Eigen's, as f64 products always do. ZDL_CPU_GEMM=eigen, avx2 or
+// onednn in the environment picks one at run time, for comparisons; either way the results do
+// not depend on the thread count (the note in matmul.cpp).
 //
 // Threading. One large product is cut into tiles that the OpenMP threads share, each tile a
 // single-threaded product; the batched kernel either runs its products one after another, each
@@ -27,7 +28,7 @@
 
 namespace zdl::kernels::cpu {
 
-enum class GemmBackend { Eigen, OneDnn };
+enum class GemmBackend { Eigen, OneDnn, Avx2 };
 // The back end f32 products use (first read from ZDL_CPU_GEMM; throws on a bad value, or on
 // onednn in a build without it). set_gemm_backend switches it for the whole process, for tests
 // and benchmarks; call it between steps, never while a product runs.
@@ -35,6 +36,8 @@ GemmBackend gemm_backend();
 bool gemm_backend_available(GemmBackend b);
 void set_gemm_backend(GemmBackend b);
 const char* gemm_backend_name(GemmBackend b);
+// The back end a name (eigen, avx2, onednn) gives; throws on any other.
+GemmBackend gemm_backend_named(const char* name);
 
 // C = op(A) op(B), or C += op(A) op(B) when accumulate. K == 0 gives C = 0 (or leaves C).
 template <class T>

@@ -132,17 +132,20 @@ TEST(Matmul, KernelTransposeFlagsMatchReference) {
 }
 
 TEST(Matmul, F32BackendsMatchReference) {
-  // Each f32 back end this build has (Eigen; oneDNN's sgemm where found) against the plain twin:
-  // every transpose and accumulate combination, leading dimensions beyond the rows, one product
-  // small enough to run untiled and one that is tiled. Without accumulate, C's old contents
-  // (NaN here) must not leak into the result.
+  // Each f32 back end this build and CPU have (Eigen; zerodl's AVX2 kernel; oneDNN's sgemm where
+  // found) against the plain twin: every transpose and accumulate combination, leading
+  // dimensions beyond the rows, one product small enough to run untiled, one that is tiled, and
+  // one past the AVX2 kernel's cache blocks in K and N with partial register blocks. Without
+  // accumulate, C's old contents (NaN here) must not leak into the result.
   const kernels::cpu::GemmBackend saved = kernels::cpu::gemm_backend();
   int tested = 0;
-  for (auto backend : {kernels::cpu::GemmBackend::Eigen, kernels::cpu::GemmBackend::OneDnn}) {
+  for (auto backend : {kernels::cpu::GemmBackend::Eigen, kernels::cpu::GemmBackend::Avx2,
+                       kernels::cpu::GemmBackend::OneDnn}) {
     if (!kernels::cpu::gemm_backend_available(backend)) continue;
     kernels::cpu::set_gemm_backend(backend);
     ++tested;
-    for (auto [M, N, K] : {std::array<int64_t, 3>{7, 5, 6}, std::array<int64_t, 3>{300, 200, 150}}) {
+    for (auto [M, N, K] : {std::array<int64_t, 3>{7, 5, 6}, std::array<int64_t, 3>{300, 200, 150},
+                           std::array<int64_t, 3>{13, 2100, 801}}) {
       const int64_t ld = std::max({M, N, K}) + 3;
       std::vector<float> a(static_cast<size_t>(ld * ld)), b(a.size()), c0(a.size());
       for (size_t i = 0; i < a.size(); ++i) {
