@@ -1,10 +1,11 @@
 // Causal attention kernels (see attention.h for the saved-state choice).
 //
 // Work is split into independent items run by one OpenMP loop with dynamic scheduling, and
-// each item does its matrix products with single-threaded Eigen: each thread of the region sets
-// its own nthreads ICV to 1, which is what Eigen reads, so Eigen never starts a nested team -
-// also not when the region has a single thread (where Eigen's "already in a parallel region"
-// test would not fire). Row-major Maps view the [T, HS] slices of one (b, h) in place.
+// each item does its matrix products on its own thread (gemm_on_this_thread: zerodl's AVX2
+// kernel where that is the f32 GEMM back end, single-threaded Eigen otherwise; each thread of
+// the region sets its own nthreads ICV to 1, which is what Eigen reads, so Eigen never starts a
+// nested team). The products read the [T, HS] slices of one (b, h) in place; row-major Maps
+// view them for the row-wise softmax steps.
 //
 // Forward: one item per (b, h, block of kAttentionRowBlock query rows). A block needs only the
 // keys [0, r1) its last row can see, so S = Q_blk K[0:r1]^T skips the masked upper triangle
@@ -35,6 +36,7 @@
 
 #include "kernels/cpu/compute_type.h"
 #include "kernels/cpu/eigen.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
 
 namespace zdl::kernels::cpu {
@@ -101,15 +103,14 @@ int64_t split_begin(int64_t s, int64_t nsplit, int64_t nblocks) {
 template <class T>
 void forward_block(int64_t hs, T scale, const T* q, const T* k, const T* v, T* o, T* lse, int64_t r0, int64_t r1,
                    T* s) {
-  const int64_t br = r1 - r0, nk = r1;  // rows in this block; keys its last row sees
-  ConstMatMap<T> Q(q, br, hs), K(k, nk, hs), V(v, nk, hs);
-  ScratchMap<T> S(s, br, nk, Eigen::OuterStride<>(padded(nk)));
-  MatMap<T> O(o, br, hs);
-  S.noalias() = (scale * Q) * K.transpose();  // (br, nk)
+  const int64_t br = r1 - r0, nk = r1, ld = padded(nk);  // rows in this block; keys its last row sees
+  ScratchMap<T> S(s, br, nk, Eigen::OuterStride<>(ld));
+  gemm_on_this_thread<T>(br, nk, hs, false, q, hs, true, k, hs, s, ld, false);  // Q K^T (br, nk)
   T inv_l[kBlock];
   for (int64_t i = 0; i < br; ++i) {
     const int64_t n = r0 + i + 1;  // row r0+i sees keys [0, n)
     auto seen = S.row(i).head(n);
+    seen *= scale;
     const T m = seen.maxCoeff();
     seen = (seen.array() - m).exp().matrix();
     const T l = seen.sum();
@@ -117,8 +118,8 @@ void forward_block(int64_t hs, T scale, const T* q, const T* k, const T* v, T* o
     inv_l[i] = T(1) / l;
     if (lse) lse[i] = m + std::log(l);
   }
-  O.noalias() = S * V;  // unnormalized P V, then divide each row by its sum
-  O.array().colwise() *= Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(inv_l, br);
+  gemm_on_this_thread<T>(br, hs, nk, false, s, ld, false, v, hs, o, hs, false);  // unnormalized P V
+  MatMap<T>(o, br, hs).array().colwise() *= Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(inv_l, br);
 }
 
 // Query rows [r0, r1) of one head: writes dQ rows, accumulates into dK, dV rows [0, r1). q, o,
@@ -127,24 +128,23 @@ void forward_block(int64_t hs, T scale, const T* q, const T* k, const T* v, T* o
 template <class T>
 void backward_block(int64_t hs, T scale, const T* q, const T* k, const T* v, const T* o, const T* lse, const T* dout,
                     T* dq, T* dk, T* dv, int64_t r0, int64_t r1, T* p, T* dp) {
-  const int64_t br = r1 - r0, nk = r1;
-  ConstMatMap<T> Q(q, br, hs), K(k, nk, hs), V(v, nk, hs), O(o, br, hs), dO(dout, br, hs);
-  ScratchMap<T> P(p, br, nk, Eigen::OuterStride<>(padded(nk))), dS(dp, br, nk, Eigen::OuterStride<>(padded(nk)));
-  MatMap<T> dQ(dq, br, hs), dK(dk, nk, hs), dV(dv, nk, hs);
-  P.noalias() = (scale * Q) * K.transpose();
+  const int64_t br = r1 - r0, nk = r1, ld = padded(nk);
+  ConstMatMap<T> O(o, br, hs), dO(dout, br, hs);
+  ScratchMap<T> P(p, br, nk, Eigen::OuterStride<>(ld)), dS(dp, br, nk, Eigen::OuterStride<>(ld));
+  gemm_on_this_thread<T>(br, nk, hs, false, q, hs, true, k, hs, p, ld, false);  // Q K^T
   for (int64_t i = 0; i < br; ++i) {
     const int64_t n = r0 + i + 1;
-    P.row(i).head(n) = (P.row(i).head(n).array() - lse[i]).exp().matrix();
+    P.row(i).head(n) = (P.row(i).head(n).array() * scale - lse[i]).exp().matrix();
     P.row(i).tail(nk - n).setZero();
   }
-  dS.noalias() = dO * V.transpose();  // dP (br, nk)
+  gemm_on_this_thread<T>(br, nk, hs, false, dout, hs, true, v, hs, dp, ld, false);  // dP (br, nk)
   for (int64_t i = 0; i < br; ++i) {
     const T d = dO.row(i).dot(O.row(i));  // rowsum(dO * O) = sum_j P_ij dP_ij
-    dS.row(i) = (P.row(i).array() * (dS.row(i).array() - d)).matrix();
+    dS.row(i) = (P.row(i).array() * (dS.row(i).array() - d) * scale).matrix();  // dS / sqrt(HS)
   }
-  dV.noalias() += P.transpose() * dO;
-  dQ.noalias() = (scale * dS) * K;
-  dK.noalias() += (scale * dS).transpose() * Q;
+  gemm_on_this_thread<T>(nk, hs, br, true, p, ld, false, dout, hs, dv, hs, true);  // dV += P^T dO
+  gemm_on_this_thread<T>(br, hs, nk, false, dp, ld, false, k, hs, dq, hs, false);  // dQ = dS K / sqrt(HS)
+  gemm_on_this_thread<T>(nk, hs, br, true, dp, ld, false, q, hs, dk, hs, true);    // dK += dS^T Q / sqrt(HS)
 }
 
 }  // namespace
@@ -180,7 +180,7 @@ void causal_attention_forward(int64_t bnh, int64_t t, int64_t hs, const T* q, co
   A* scratch = align_up(work);
 #pragma omp parallel num_threads(threads)
   {
-    omp_set_num_threads(1);  // this thread's Eigen products stay single-threaded
+    omp_set_num_threads(1);  // this thread's products stay single-threaded
     A* s = scratch + int64_t{omp_get_thread_num()} * per_thread;
     A* qb = s + score_block(t);  // conversion scratch (bf16): q block, o block, keys, values
     A* ob = qb + padded(kBlock * hs);
@@ -218,7 +218,7 @@ void causal_attention_backward(int64_t bnh, int64_t t, int64_t hs, const T* q, c
   A* partials = scratch + int64_t{threads} * per_thread;  // [bnh, nsplit, 2 (dK, dV), T, HS] if nsplit > 1
 #pragma omp parallel num_threads(threads)
   {
-    omp_set_num_threads(1);  // this thread's Eigen products stay single-threaded
+    omp_set_num_threads(1);  // this thread's products stay single-threaded
     A* p = scratch + int64_t{omp_get_thread_num()} * per_thread;
     A* dp = p + score_block(t);
     // Conversion scratch (bf16): q, o, dO and dQ blocks; keys, values; dK, dV accumulators.

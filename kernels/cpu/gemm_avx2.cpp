@@ -85,7 +85,7 @@ ZDL_AVX2 inline void copy_lanes(const float* src, float* dst) {
   } else {
     static_assert(W == 6);
     _mm_storeu_ps(dst, _mm_loadu_ps(src));
-    _mm_store_sd(reinterpret_cast<double*>(dst + 4), _mm_load_sd(reinterpret_cast<const double*>(src + 4)));
+    std::memcpy(dst + 4, src + 4, 2 * sizeof(float));  // one 8-byte move, no alignment assumed
   }
 }
 
@@ -127,26 +127,18 @@ ZDL_AVX2 void pack(int64_t kc, int64_t width, bool rows_contiguous, const float*
   }
 }
 
-// c[6 x 16] (ldc) = (load ? c : 0) + pa * pb over kc, one FMA chain per element. next is the
-// C block the following call works on: its lines are fetched while this one computes, so that
-// call's first FMAs do not wait on memory for C (bias rows, or the sums of an earlier K block).
-ZDL_AVX2 void kernel_6x16(int64_t kc, const float* pa, const float* pb, float* c, int64_t ldc, bool load,
+// c[6 x 16] (ldc) = the block's sums, or c + them when add; each sum is one FMA chain from zero
+// over the kc values of k. next is the C block the following call works on: its lines are fetched while
+// this one computes, so that call's loads of C (bias rows, or the sums of an earlier K block)
+// find them in cache.
+ZDL_AVX2 void kernel_6x16(int64_t kc, const float* pa, const float* pb, float* c, int64_t ldc, bool add,
                           const float* next) {
   for (int64_t r = 0; r < kMr; ++r) {
     _mm_prefetch(reinterpret_cast<const char*>(next + r * ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(next + r * ldc + kNr - 1), _MM_HINT_T0);
   }
   __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
-  if (load) {
-    c00 = _mm256_loadu_ps(c + 0 * ldc), c01 = _mm256_loadu_ps(c + 0 * ldc + 8);
-    c10 = _mm256_loadu_ps(c + 1 * ldc), c11 = _mm256_loadu_ps(c + 1 * ldc + 8);
-    c20 = _mm256_loadu_ps(c + 2 * ldc), c21 = _mm256_loadu_ps(c + 2 * ldc + 8);
-    c30 = _mm256_loadu_ps(c + 3 * ldc), c31 = _mm256_loadu_ps(c + 3 * ldc + 8);
-    c40 = _mm256_loadu_ps(c + 4 * ldc), c41 = _mm256_loadu_ps(c + 4 * ldc + 8);
-    c50 = _mm256_loadu_ps(c + 5 * ldc), c51 = _mm256_loadu_ps(c + 5 * ldc + 8);
-  } else {
-    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
-  }
+  c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
   for (int64_t k = 0; k < kc; ++k) {
     const __m256 b0 = _mm256_loadu_ps(pb), b1 = _mm256_loadu_ps(pb + 8);
     __m256 a = _mm256_broadcast_ss(pa + 0);
@@ -164,23 +156,31 @@ ZDL_AVX2 void kernel_6x16(int64_t kc, const float* pa, const float* pb, float* c
     pa += kMr;
     pb += kNr;
   }
-  _mm256_storeu_ps(c + 0 * ldc, c00), _mm256_storeu_ps(c + 0 * ldc + 8, c01);
-  _mm256_storeu_ps(c + 1 * ldc, c10), _mm256_storeu_ps(c + 1 * ldc + 8, c11);
-  _mm256_storeu_ps(c + 2 * ldc, c20), _mm256_storeu_ps(c + 2 * ldc + 8, c21);
-  _mm256_storeu_ps(c + 3 * ldc, c30), _mm256_storeu_ps(c + 3 * ldc + 8, c31);
-  _mm256_storeu_ps(c + 4 * ldc, c40), _mm256_storeu_ps(c + 4 * ldc + 8, c41);
-  _mm256_storeu_ps(c + 5 * ldc, c50), _mm256_storeu_ps(c + 5 * ldc + 8, c51);
+  auto put = [&](float* row, __m256 lo, __m256 hi) {
+    if (add) {
+      lo = _mm256_add_ps(_mm256_loadu_ps(row), lo);
+      hi = _mm256_add_ps(_mm256_loadu_ps(row + 8), hi);
+    }
+    _mm256_storeu_ps(row, lo);
+    _mm256_storeu_ps(row + 8, hi);
+  };
+  put(c + 0 * ldc, c00, c01);
+  put(c + 1 * ldc, c10, c11);
+  put(c + 2 * ldc, c20, c21);
+  put(c + 3 * ldc, c30, c31);
+  put(c + 4 * ldc, c40, c41);
+  put(c + 5 * ldc, c50, c51);
 }
 
 // A partial block (fewer than 6 rows or 16 columns of C): the same kernel on a full-size
 // scratch, copied in and out over the valid part only. The padded rows and columns multiply
 // packed zeros and are dropped, so each valid element's chain is the full-block one.
 ZDL_AVX2 void kernel_edge(int64_t kc, const float* pa, const float* pb, float* c, int64_t ldc, int64_t rows,
-                          int64_t cols, bool load) {
+                          int64_t cols, bool add) {
   alignas(32) float buf[kMr * kNr];
-  if (load)
+  if (add)
     for (int64_t r = 0; r < rows; ++r) std::memcpy(buf + r * kNr, c + r * ldc, static_cast<size_t>(cols) * sizeof(float));
-  kernel_6x16(kc, pa, pb, buf, kNr, load, c);
+  kernel_6x16(kc, pa, pb, buf, kNr, add, c);
   for (int64_t r = 0; r < rows; ++r) std::memcpy(c + r * ldc, buf + r * kNr, static_cast<size_t>(cols) * sizeof(float));
 }
 
@@ -195,6 +195,21 @@ void gemm_avx2(int64_t M, int64_t N, int64_t K, bool trans_a, const float* a, in
       for (int64_t m = 0; m < M; ++m) std::fill(c + m * ldc, c + m * ldc + N, 0.0f);
     return;
   }
+  if (accumulate && K > kKc) {
+    // C + P with P summed as without accumulate, not C + P1 + P2 block by block: adding a
+    // product onto C is then the same sum as adding the product computed alone.
+    thread_local PackBuffer product;
+    product.reserve(M * N);
+    float* p = product.data();
+    gemm_avx2(M, N, K, trans_a, a, lda, trans_b, b, ldb, p, N, /*accumulate=*/false);
+    for (int64_t m = 0; m < M; ++m) {
+      float* row = c + m * ldc;
+      const float* add = p + m * N;
+#pragma omp simd
+      for (int64_t n = 0; n < N; ++n) row[n] += add[n];
+    }
+    return;
+  }
   // This thread's packing buffers (64-byte aligned, so no vector load splits a cache line).
   thread_local PackBuffer packed_a, packed_b;
   const int64_t nc_max = std::min(kNc, (N + kNr - 1) / kNr * kNr);
@@ -207,7 +222,7 @@ void gemm_avx2(int64_t M, int64_t N, int64_t K, bool trans_a, const float* a, in
     const int64_t nc = std::min(kNc, N - jc);
     for (int64_t pc = 0; pc < K; pc += kKc) {
       const int64_t kc = std::min(kKc, K - pc);
-      const bool load = accumulate || pc > 0;  // the chain goes on from C's value
+      const bool add = accumulate || pc > 0;  // this block's sums go onto C's value
       pack<kNr>(kc, nc, !trans_b, trans_b ? b + jc * ldb + pc : b + pc * ldb + jc, ldb, packed_b.data());
       for (int64_t ic = 0; ic < M; ic += kMc) {
         const int64_t mc = std::min(kMc, M - ic);
@@ -223,8 +238,8 @@ void gemm_avx2(int64_t M, int64_t N, int64_t K, bool trans_a, const float* a, in
             const float* next = ir + kMr < mc   ? ct + kMr * ldc
                                 : jr + kNr < nc ? c + ic * ldc + jc + jr + kNr
                                                 : ct;
-            if (rows == kMr && cols == kNr) kernel_6x16(kc, pa, pb, ct, ldc, load, next);
-            else kernel_edge(kc, pa, pb, ct, ldc, rows, cols, load);
+            if (rows == kMr && cols == kNr) kernel_6x16(kc, pa, pb, ct, ldc, add, next);
+            else kernel_edge(kc, pa, pb, ct, ldc, rows, cols, add);
           }
         }
       }

@@ -3,10 +3,13 @@
 // walks K. On AVX2-only CPUs it outruns both Eigen's and oneDNN's products in the shapes a GPT
 // step cuts (docs/cpu_performance.md, "The GEMM back end").
 //
-// Every element of C is one chain of fused multiply-adds over k = 0 .. K-1, started from C's
-// value (accumulate) or from zero: its rounding depends on K alone, never on M, N, the blocking
-// or which thread ran it. That is a stronger form of the tiling's thread-count invariance
-// (the note in matmul.cpp).
+// Rounding: each element of the product P = op(A) op(B) is the sum, in order, of K's blocks of
+// 384 values of k, each block one chain of fused multiply-adds from zero; C becomes P, or C + P
+// when accumulating (one addition, whatever K). So an element's bits depend on K alone, never on
+// M, N, the tiling or which thread ran it (a stronger form of the tiling's thread-count
+// invariance: the note in matmul.cpp), and adding one micro-batch's product onto another's
+// gives the same bits as adding the two products computed alone, which bit-identical training
+// across world sizes relies on (docs/exactness.md).
 #pragma once
 #include <cstdint>
 

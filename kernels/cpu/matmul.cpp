@@ -312,6 +312,22 @@ void gemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, 
   batched_products(batch, M, N, K, trans_a, a, lda, stride_a, trans_b, b, ldb, stride_b, c, ldc, stride_c, accumulate);
 }
 
+template <class T>
+void gemm_on_this_thread(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b,
+                         const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (gemm_backend() == GemmBackend::Avx2) {
+      gemm_avx2(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
+      return;
+    }
+  }
+  // Eigen reads this thread's OpenMP thread count: 1, so it starts no team of its own.
+  const int saved = omp_get_max_threads();
+  if (saved > 1) omp_set_num_threads(1);
+  eigen_product(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
+  if (saved > 1) omp_set_num_threads(saved);
+}
+
 bool gemm_bf16_available() {
   static const bool cpu = cpu_has_bf16_dot_products();
   return ZDL_WITH_ONEDNN_BF16 && cpu && gemm_backend() == GemmBackend::OneDnn;
@@ -355,7 +371,9 @@ void gemm_reference(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, i
                                 const T*, int64_t, int64_t, T*, int64_t, int64_t, bool);                          \
   template void fill_rows<T>(int64_t, int64_t, const T*, T*);                                                     \
   template void gemm_reference<T>(int64_t, int64_t, int64_t, bool, const T*, int64_t, bool, const T*, int64_t, T*, \
-                                  int64_t, bool);
+                                  int64_t, bool);                                                                 \
+  template void gemm_on_this_thread<T>(int64_t, int64_t, int64_t, bool, const T*, int64_t, bool, const T*, int64_t, \
+                                       T*, int64_t, bool);
 ZDL_INSTANTIATE(float)
 ZDL_INSTANTIATE(double)
 #undef ZDL_INSTANTIATE

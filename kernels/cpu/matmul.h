@@ -52,6 +52,13 @@ void gemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, 
                   int64_t stride_a, bool trans_b, const T* b, int64_t ldb, int64_t stride_b, T* c, int64_t ldc,
                   int64_t stride_c, bool accumulate);
 
+// One product on the calling thread, for kernels that spread their own work items over the
+// threads (attention's query blocks): zerodl's AVX2 kernel for f32 where that is the back end,
+// Eigen's otherwise. Starts no threads; the layout of gemm.
+template <class T>
+void gemm_on_this_thread(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b,
+                         const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate);
+
 // bf16 operands and result: gemm_batched with every product summed in f32 (oneDNN's bf16
 // GEMM), on top of C's value when accumulating, and rounded to bf16 once. Only where gemm_bf16_available(): a build with
 // oneDNN's bf16 GEMM, the oneDNN back end in use, and a CPU with AVX512-BF16 dot products

@@ -1,6 +1,8 @@
-// zerodl's AVX2 GEMM: each element is one FMA chain over k from C's value (or zero), so its
-// bits do not depend on which block of C a call computes. Checked against the plain twin in
+// zerodl's AVX2 GEMM: each element's rounding depends on K alone (its K blocks' FMA chains, added
+// in order, then onto C when accumulating), so its bits do not depend on which block of C a call
+// computes. Checked against the plain twin in
 // tests/autograd/matmul_test.cpp (F32BackendsMatchReference); here, the claims of its own.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -45,22 +47,48 @@ TEST(GemmAvx2, AnySubBlockHasTheFullProductsBits) {
       }
 }
 
-TEST(GemmAvx2, EachElementIsOneFmaChainInKOrder) {
+TEST(GemmAvx2, EachElementIsItsKBlocksFmaChainsInOrder) {
   if (!gemm_avx2_supported()) GTEST_SKIP() << "CPU without AVX2 and FMA";
-  // The rounding contract, element by element: c = fma(a_k, b_k, c) for k = 0 .. K-1, from C's
-  // value when accumulating and from zero otherwise (C's NaN must then not leak).
-  const int64_t M = 7, N = 19, K = 1000;
+  // The rounding contract, element by element: P = the blocks of 384 values of k, each summed
+  // as c = fma(a_k, b_k, c) from zero, added in order; C = P, or C + P when accumulating (C's
+  // NaN must not leak without it).
+  const int64_t M = 7, N = 19, K = 1000, block = 384;
   const std::vector<float> a = wave(static_cast<size_t>(M * K), 1.3), b = wave(static_cast<size_t>(K * N), 0.9);
   for (bool acc : {false, true}) {
     std::vector<float> c(static_cast<size_t>(M * N), acc ? 0.25f : std::nanf(""));
     gemm_avx2(M, N, K, false, a.data(), K, false, b.data(), N, c.data(), N, acc);
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < N; ++n) {
-        float want = acc ? 0.25f : 0.0f;
-        for (int64_t k = 0; k < K; ++k) want = std::fma(a[m * K + k], b[k * N + n], want);
+        float p = 0.0f;
+        for (int64_t k0 = 0; k0 < K; k0 += block) {
+          float s = 0.0f;
+          for (int64_t k = k0; k < std::min(K, k0 + block); ++k) s = std::fma(a[m * K + k], b[k * N + n], s);
+          p = k0 == 0 ? s : p + s;
+        }
+        const float want = acc ? 0.25f + p : p;
         ASSERT_EQ(std::memcmp(&c[m * N + n], &want, sizeof(float)), 0)
             << "acc=" << acc << " at (" << m << ", " << n << "): " << c[m * N + n] << " vs " << want;
       }
+  }
+}
+
+TEST(GemmAvx2, AccumulatingAddsTheProductComputedAlone) {
+  if (!gemm_avx2_supported()) GTEST_SKIP() << "CPU without AVX2 and FMA";
+  // Gradient accumulation over micro-batches (C += dW of the next one) must give the bits of
+  // the two products computed alone and added, as the ranks' reduction adds them: within one K
+  // block and across several.
+  for (int64_t K : {100, 900}) {
+    const int64_t M = 29, N = 37;
+    const std::vector<float> a = wave(static_cast<size_t>(M * K), 0.21), b = wave(static_cast<size_t>(K * N), 0.53);
+    const std::vector<float> c0 = wave(static_cast<size_t>(M * N), 0.05);
+    std::vector<float> accumulated = c0, alone(c0.size());
+    gemm_avx2(M, N, K, true, a.data(), M, false, b.data(), N, accumulated.data(), N, /*accumulate=*/true);
+    gemm_avx2(M, N, K, true, a.data(), M, false, b.data(), N, alone.data(), N, /*accumulate=*/false);
+    for (size_t i = 0; i < c0.size(); ++i) {
+      const float want = c0[i] + alone[i];
+      ASSERT_EQ(std::memcmp(&accumulated[i], &want, sizeof(float)), 0)
+          << "K=" << K << " at " << i << ": " << accumulated[i] << " vs " << c0[i] << " + " << alone[i];
+    }
   }
 }
 
