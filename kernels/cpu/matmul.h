@@ -29,8 +29,8 @@
 namespace zdl::kernels::cpu {
 
 enum class GemmBackend { Eigen, OneDnn, Avx2 };
-// The back end f32 products use (first read from ZDL_CPU_GEMM; throws on a bad value, or on
-// onednn in a build without it). set_gemm_backend switches it for the whole process, for tests
+// The back end f32 products use (first read from ZDL_CPU_GEMM; throws on a bad value, on onednn
+// in a build without it, or on avx2 on a CPU without AVX2 and FMA). set_gemm_backend switches it for the whole process, for tests
 // and benchmarks; call it between steps, never while a product runs.
 GemmBackend gemm_backend();
 bool gemm_backend_available(GemmBackend b);
