@@ -29,7 +29,7 @@ namespace {
 
 // Register block: 6 rows x 16 columns = 12 accumulators of 8 floats, plus two of B and one
 // broadcast of A: 15 of the 16 ymm registers.
-constexpr int64_t kMr = 6, kNr = 16;
+constexpr int64_t kMr = kGemmAvx2Rows, kNr = 16;
 // Cache blocks: a KC x NR strip of packed B (24 KiB) stays in L1 while the kernel sweeps the
 // MC x KC block of packed A (144 KiB, in L2); the KC x NC panel of B streams from L2/L3.
 // Chosen by measurement on a Zen 2/3 EPYC (32 KiB L1, 512 KiB L2) over the products of a GPT

@@ -15,6 +15,9 @@
 
 namespace zdl::kernels::cpu {
 
+// Rows of C in the kernel's register block: a product split by rows is cheapest in multiples.
+constexpr int64_t kGemmAvx2Rows = 6;
+
 // Whether this CPU has AVX2 and FMA (the instructions the kernel uses).
 bool gemm_avx2_supported();
 

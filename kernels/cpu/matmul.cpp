@@ -158,10 +158,41 @@ void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16*
 // bit-identical training across world sizes relies on (docs/exactness.md).
 constexpr int64_t kTileRows = 256, kMinTileCols = 64, kWantTiles = 8;
 
+// zerodl's AVX2 kernel needs no tiles chosen from the shape: its bits depend on K alone
+// (gemm_avx2.h). So each thread takes an equal share of C's rows at full width, one product,
+// instead of the tiles below, which are as narrow as 64 columns where a weight gradient has few
+// rows, and each pack their panels again (the twelve products of a GPT step at C = 256 and
+// B*T = 1024, 2 threads: 30.7 ms against the tiles' 33.2). Products too small to share, or
+// with too few rows for every thread, return false and take the tiles.
+bool avx2_rows_per_thread(int64_t M, int64_t N, int64_t K, bool trans_a, const float* a, int64_t lda, bool trans_b,
+                          const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  const int threads = omp_in_parallel() || M * N * K < kSmallProduct ? 1 : omp_get_max_threads();
+  if (threads == 1) {
+    gemm_avx2(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
+    return true;
+  }
+  // Whole register blocks of rows per thread, at least 4 each.
+  const int64_t blocks = (M + kGemmAvx2Rows - 1) / kGemmAvx2Rows;
+  if (blocks < 4 * threads) return false;
+  const int64_t per = (blocks + threads - 1) / threads * kGemmAvx2Rows;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int t = 0; t < threads; ++t) {
+    const int64_t m0 = t * per, m1 = std::min(M, m0 + per);
+    if (m0 < m1)
+      gemm_avx2(m1 - m0, N, K, trans_a, trans_a ? a + m0 : a + m0 * lda, lda, trans_b, b, ldb, c + m0 * ldc, ldc,
+                accumulate);
+  }
+  return true;
+}
+
 template <class T>
 void gemm_unchecked(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b, const T* b,
                     int64_t ldb, T* c, int64_t ldc, bool accumulate) {
   if (M == 0 || N == 0) return;
+  if constexpr (std::is_same_v<T, float>)
+    if (gemm_backend() == GemmBackend::Avx2 &&
+        avx2_rows_per_thread(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate))
+      return;
   const int64_t tiles_m = (M + kTileRows - 1) / kTileRows;
   int64_t tiles_n = 1;
   if (tiles_m < kWantTiles && M * N * K >= kSmallProduct) {
