@@ -58,20 +58,31 @@ def stack_family(frames, region):
     return next((family(fr, 1) for fr in frames if family(fr, 1) != "other"), "other")
 
 
+def frame_name(line):
+    """A callchain line of `perf script` ("IP SYMBOL+0xOFF (DSO)") as "SYMBOL+0xOFF (DSO)". A
+    parallel region's body is named .omp_outlined..N in each source file, so several bodies share
+    a name: each is told apart by its start address (IP - OFF), as ".omp_outlined..N@START"."""
+    parts = line.strip().split(" ", 1)
+    if len(parts) < 2:
+        return parts[0]
+    ip, rest = parts
+    m = re.match(r"(\.omp_outlined\.\S*?)\+0x([0-9a-f]+)(.*)", rest)
+    if m:
+        start = int(ip, 16) - int(m.group(2), 16)
+        return f"{m.group(1)}@{start:x}+0x{m.group(2)}{m.group(3)}"
+    return rest
+
+
 def samples(perf_data):
     """(thread, [frame symbols, leaf first]) per perf sample, from `perf script`."""
-    out = subprocess.run(["perf", "script", "-i", perf_data, "-F", "tid,ip,sym,dso"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(["perf", "script", "-i", perf_data, "-F", "tid,ip,sym,symoff,dso"], capture_output=True,
+                         text=True, check=True).stdout
     for block in out.split("\n\n"):
         lines = [l for l in block.splitlines() if l.strip()]
         if not lines:
             continue
         tid = lines[0].split()[0]
-        frames = []
-        for l in lines[1:]:
-            parts = l.strip().split(" ", 1)
-            frames.append(parts[1] if len(parts) > 1 else parts[0])
-        yield tid, frames
+        yield tid, [frame_name(l) for l in lines[1:]]
 
 
 def zerodl_shares(perf_data):
