@@ -106,9 +106,16 @@ TEST(Offload, ADirectoryWithoutRoomFailsAtPlacement) {
 // direct I/O is in effect wherever the directory's filesystem accepts it.
 TEST(Offload, TheStoreMovesAnyBufferWithAndWithoutDirectIo) {
   zdl::testing::TempDir tmp;
-  const int probe = ::open(tmp.path().c_str(), O_TMPFILE | O_RDWR | O_DIRECT, 0600);
-  const bool fs_takes_direct = probe >= 0;
-  if (probe >= 0) ::close(probe);
+  // Whether the filesystem takes O_DIRECT, asked as the store asks it (F_SETFL on an open file):
+  // opening with O_TMPFILE | O_DIRECT would also need O_TMPFILE, which some filesystems that take
+  // O_DIRECT lack (overlayfs before Linux 6.6, NFS).
+  std::string probe_path = tmp.path() + "/probe.XXXXXX";
+  const int probe = ::mkostemp(probe_path.data(), O_CLOEXEC);
+  ASSERT_GE(probe, 0) << "cannot create a file in " << tmp.path();
+  ::unlink(probe_path.c_str());
+  const int probe_flags = ::fcntl(probe, F_GETFL);
+  const bool fs_takes_direct = probe_flags >= 0 && ::fcntl(probe, F_SETFL, probe_flags | O_DIRECT) == 0;
+  ::close(probe);
   const std::vector<int64_t> sizes = {1, 4095, 4096, 4097, (5 << 20) + 3, 64 << 10};
   for (bool direct : {true, false}) {
     NvmeStore store(tmp.path(), "[test]", direct);

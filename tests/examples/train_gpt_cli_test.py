@@ -906,9 +906,10 @@ class TrainGptCli(unittest.TestCase):
         # docs/multinode.md: qwZ and qgZ break the bits by design. The yardstick is what the run
         # learns: over 200 steps on 4 ranks (2 posed nodes for qgZ) the exact run's loss falls by D
         # (the mean of its first 50 steps minus that of its last 50). Each 50-step window's mean
-        # loss stays within 2% of D of the exact run's, and each step within 5% of D. Measured, as
+        # loss stays within 3% of D of the exact run's, and each step within 10% of D. Measured, as
         # fractions of D = 2.46 nats: qwZ windows 0.6%, steps 1.8%; qgZ 0.14%, 0.7%; qwZ + qgZ +
-        # hpZ 1.1%, 2.5%.
+        # hpZ 1.1%, 2.5%. The trajectory moves with the CPU's rounding (GEMM back end, libm): over
+        # nine other seeds qwZ reached 1.6% and 5.0%, so the bounds are twice that spread.
         common = ["--data", self.data, *SMALL, "--zero-stage", "3", "--steps", "200", "--ranks-per-node", "2"]
         exact = self.p("exact.jsonl")
         run(*common, "--metrics", exact, ranks=4)
@@ -931,9 +932,9 @@ class TrainGptCli(unittest.TestCase):
             self.assertEqual(sorted(b), list(range(1, 201)), name)
             self.assertNotEqual([a[s] for s in (1, 2)], [b[s] for s in (1, 2)], f"{name} changed nothing")
             for first in range(1, 201, 50):
-                self.assertLess(abs(window(b, first) - window(a, first)), 0.02 * drop, f"{name} steps {first}-{first + 49}")
+                self.assertLess(abs(window(b, first) - window(a, first)), 0.03 * drop, f"{name} steps {first}-{first + 49}")
             for s in a:
-                self.assertLess(abs(b[s] - a[s]), 0.05 * drop, f"{name} step {s}")
+                self.assertLess(abs(b[s] - a[s]), 0.10 * drop, f"{name} step {s}")
             comm, comm_exact = last(m), last(exact)
             if name == "qwz":  # the gathers carry int8 records: about a quarter of f32's bytes
                 ratio = comm["all_gather/forward_gather"]["payload"] / comm_exact["all_gather/forward_gather"]["payload"]

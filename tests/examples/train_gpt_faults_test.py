@@ -170,10 +170,10 @@ class TrainGptFaults(unittest.TestCase):
     def p(self, name):
         return os.path.join(self.dir, name)
 
-    def run_gpt(self, *args, ranks=0, check=True, timeout=120, preexec_fn=None):
+    def run_gpt(self, *args, ranks=0, check=True, timeout=120, preexec_fn=None, env=None):
         cmd = command(TRAIN_GPT, args, ranks)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=MPI_ENV,
-                                preexec_fn=preexec_fn, cwd=self.dir)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=MPI_ENV if env is None else env, preexec_fn=preexec_fn, cwd=self.dir)
         self.procs.append(proc)
         try:
             out, err = proc.communicate(timeout=timeout)
@@ -766,14 +766,19 @@ class TrainGptFaults(unittest.TestCase):
     @unittest.skipIf(MPIRUN is None, "no mpirun")
     def test_a_failure_every_rank_hits_alone_is_printed_once(self):
         # Out of memory in the same allocation on both ranks (no collective agrees on it) and a
-        # full disk during a save (agreed): exit 1, the message exactly once, with its rank.
+        # full disk during a save (agreed): exit 1, the message exactly once, with its rank. The
+        # ranks' report files go to a temporary directory of this test's (TMPDIR), which must be
+        # left empty; the system's would also see other runs' files.
+        tmp = self.p("tmp")
+        os.mkdir(tmp)
+        env = dict(MPI_ENV, TMPDIR=tmp)
         for _ in range(3):
             p = self.run_gpt("--data", self.data, *SMALL, "--steps", "50", "--max-memory-per-rank", "700000",
-                             ranks=2, check=False)
+                             ranks=2, check=False, env=env)
             self.assertEqual(p.returncode != 0, True, p.stderr)
             self.assertEqual(p.stderr.count("out of memory on cpu"), 1, p.stderr)
             self.assertRegex(p.stderr, r"train_gpt: error: \[rank [01]/2\] out of memory")
-        self.assertEqual([f for f in os.listdir(tempfile.gettempdir()) if f.startswith("zdl-fatal-")], [])
+        self.assertEqual(os.listdir(tmp), [])
 
     @unittest.skipIf(MPIRUN is None, "no mpirun")
     def test_checkpoint_error_only_one_rank_sees_is_shown_with_its_reason(self):
