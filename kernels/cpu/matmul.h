@@ -15,7 +15,8 @@
 // not depend on the thread count (the note in matmul.cpp).
 //
 // Threading. One large product is cut into tiles that the OpenMP threads share, each tile a
-// single-threaded product; the batched kernel either runs its products one after another, each
+// single-threaded product (on the AVX2 kernel, whose bits do not depend on the tiling, each
+// thread takes an equal share of C's rows instead); the batched kernel either runs its products one after another, each
 // tiled that way (few large matrices), or spreads the batch over the threads with each product
 // serial (many small ones); it never nests the two.
 //
@@ -30,8 +31,9 @@ namespace zdl::kernels::cpu {
 
 enum class GemmBackend { Eigen, OneDnn, Avx2 };
 // The back end f32 products use (first read from ZDL_CPU_GEMM; throws on a bad value, on onednn
-// in a build without it, or on avx2 on a CPU without AVX2 and FMA). set_gemm_backend switches it for the whole process, for tests
-// and benchmarks; call it between steps, never while a product runs.
+// in a build without it, or on avx2 on a CPU without AVX2 and FMA). set_gemm_backend switches it
+// for the whole process, for tests and benchmarks; call it between steps, never while a product
+// runs.
 GemmBackend gemm_backend();
 bool gemm_backend_available(GemmBackend b);
 void set_gemm_backend(GemmBackend b);
