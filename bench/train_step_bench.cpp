@@ -9,7 +9,7 @@
 // --dtype bf16: mixed precision as train_gpt --dtype bf16 runs it (bf16 parameters, activations
 // and gradients; f32 masters and AdamW moments), through dist::Trainer on one rank; f32 (the
 // default) is the plain loop below. Torch's twin is autocast (bench/torch_train_step.py).
-// --gemm A,B[,...]: the f32 GEMM back ends (eigen, avx2, onednn: kernels/cpu/matmul.h) taken in
+// --gemm A,B[,...]: the f32 GEMM back ends (eigen, avx2, avx512, onednn: kernels/cpu/matmul.h) taken in
 // turn, one per step, and one line per back end with its median step. Alternating step by step
 // lets a comparison see the same machine load, which on a shared machine drifts by more than the
 // difference between back ends from one process to the next.
@@ -37,7 +37,13 @@ using namespace zdl;
 int main(int argc, char** argv) {
   int64_t L = 4, H = 4, C = 256, T = 128, B = 8, V = 256, steps = 20, warmup = 3, checkpoint = 0;
   bool bf16 = false;
-  std::vector<kernels::cpu::GemmBackend> gemms{kernels::cpu::gemm_backend()};
+  std::vector<kernels::cpu::GemmBackend> gemms;
+  try {
+    gemms.push_back(kernels::cpu::gemm_backend());  // ZDL_CPU_GEMM's, which may name one this CPU lacks
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_step_bench: %s\n", e.what());
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     int64_t v = std::atoll(argv[i + 1]);

@@ -22,7 +22,7 @@
 #include "core/check.h"
 #include "kernels/cpu/compute_type.h"
 #include "kernels/cpu/eigen.h"
-#include "kernels/cpu/gemm_avx2.h"
+#include "kernels/cpu/gemm_blocked.h"
 #include "kernels/cpu/parallel.h"
 
 namespace zdl::kernels::cpu {
@@ -45,6 +45,31 @@ using RowMajorOut =
 // Products smaller than this (M*N*K) gain nothing from Eigen's own threading (its heuristic
 // gives each thread at least ~50k multiply-adds), so a batch of them is split over threads.
 constexpr int64_t kSmallProduct = int64_t{1} << 18;
+
+// Whether f32 products run on zerodl's own kernel, and on which instance.
+bool own_kernel(GemmIsa& isa) {
+  const GemmBackend b = gemm_backend();
+  if (b != GemmBackend::Avx2 && b != GemmBackend::Avx512) return false;
+  isa = b == GemmBackend::Avx512 ? GemmIsa::Avx512 : GemmIsa::Avx2;
+  return true;
+}
+
+// Sets this thread's OpenMP thread count to 1 for its lifetime, so that Eigen and oneDNN, which
+// read it, start no team of their own inside a product that is already one thread's share.
+class OneThreadScope {
+ public:
+  OneThreadScope() : saved_(omp_get_max_threads()) {
+    if (saved_ > 1) omp_set_num_threads(1);
+  }
+  ~OneThreadScope() {
+    if (saved_ > 1) omp_set_num_threads(saved_);
+  }
+  OneThreadScope(const OneThreadScope&) = delete;
+  OneThreadScope& operator=(const OneThreadScope&) = delete;
+
+ private:
+  int saved_;
+};
 
 void check_dims(int64_t M, int64_t N, int64_t K, bool trans_a, int64_t lda, bool trans_b, int64_t ldb, int64_t ldc) {
   ZDL_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M=", M, " N=", N, " K=", K);
@@ -78,7 +103,7 @@ void eigen_product(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, in
   else with_a(RowMajorView<T>(a, M, K, Eigen::OuterStride<>(lda)));
 }
 
-// One product on the calling thread: for f32 the chosen back end's (zerodl's AVX2 kernel, or
+// One product on the calling thread: for f32 the chosen back end's (zerodl's kernel, or
 // oneDNN's sgemm, a JIT kernel for the CPU it runs on that starts no threads of its own here,
 // since every caller has set this thread's OpenMP thread count to 1), Eigen's otherwise and
 // for f64.
@@ -86,8 +111,9 @@ template <class T>
 void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b, const T* b,
                   int64_t ldb, T* c, int64_t ldc, bool accumulate) {
   if constexpr (std::is_same_v<T, float>) {
-    if (gemm_backend() == GemmBackend::Avx2) {
-      gemm_avx2(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
+    GemmIsa isa;
+    if (own_kernel(isa)) {
+      gemm_blocked(isa, M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
       return;
     }
   }
@@ -158,29 +184,29 @@ void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16*
 // bit-identical training across world sizes relies on (docs/exactness.md).
 constexpr int64_t kTileRows = 256, kMinTileCols = 64, kWantTiles = 8;
 
-// zerodl's AVX2 kernel needs no tiles chosen from the shape: its bits depend on K alone
-// (gemm_avx2.h). So each thread takes an equal share of C's rows at full width, one product,
+// zerodl's kernel needs no tiles chosen from the shape: its bits depend on K alone
+// (gemm_blocked.h). So each thread takes an equal share of C's rows at full width, one product,
 // instead of the tiles below, which are as narrow as 64 columns where a weight gradient has few
 // rows, and each pack their panels again (the twelve products of a GPT step at C = 256 and
-// B*T = 1024, 2 threads: 30.7 ms against the tiles' 33.2). Products too small to share, or
-// with too few rows for every thread, return false and take the tiles.
-bool avx2_rows_per_thread(int64_t M, int64_t N, int64_t K, bool trans_a, const float* a, int64_t lda, bool trans_b,
-                          const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+// B*T = 1024, 2 threads, AVX2: 30.7 ms against the tiles' 33.2). Products too small to share,
+// or with too few rows for every thread, return false and take the tiles.
+bool rows_per_thread(GemmIsa isa, int64_t M, int64_t N, int64_t K, bool trans_a, const float* a, int64_t lda,
+                     bool trans_b, const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   const int threads = omp_in_parallel() || M * N * K < kSmallProduct ? 1 : omp_get_max_threads();
   if (threads == 1) {
-    gemm_avx2(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
+    gemm_blocked(isa, M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
     return true;
   }
   // Whole register blocks of rows per thread, at least 4 each.
-  const int64_t blocks = (M + kGemmAvx2Rows - 1) / kGemmAvx2Rows;
+  const int64_t rows = gemm_blocked_rows(isa), blocks = (M + rows - 1) / rows;
   if (blocks < 4 * threads) return false;
-  const int64_t per = (blocks + threads - 1) / threads * kGemmAvx2Rows;
+  const int64_t per = (blocks + threads - 1) / threads * rows;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int t = 0; t < threads; ++t) {
     const int64_t m0 = t * per, m1 = std::min(M, m0 + per);
     if (m0 < m1)
-      gemm_avx2(m1 - m0, N, K, trans_a, trans_a ? a + m0 : a + m0 * lda, lda, trans_b, b, ldb, c + m0 * ldc, ldc,
-                accumulate);
+      gemm_blocked(isa, m1 - m0, N, K, trans_a, trans_a ? a + m0 : a + m0 * lda, lda, trans_b, b, ldb, c + m0 * ldc,
+                   ldc, accumulate);
   }
   return true;
 }
@@ -189,10 +215,10 @@ template <class T>
 void gemm_unchecked(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b, const T* b,
                     int64_t ldb, T* c, int64_t ldc, bool accumulate) {
   if (M == 0 || N == 0) return;
-  if constexpr (std::is_same_v<T, float>)
-    if (gemm_backend() == GemmBackend::Avx2 &&
-        avx2_rows_per_thread(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate))
-      return;
+  if constexpr (std::is_same_v<T, float>) {
+    GemmIsa isa;
+    if (own_kernel(isa) && rows_per_thread(isa, M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate)) return;
+  }
   const int64_t tiles_m = (M + kTileRows - 1) / kTileRows;
   int64_t tiles_n = 1;
   if (tiles_m < kWantTiles && M * N * K >= kSmallProduct) {
@@ -202,7 +228,8 @@ void gemm_unchecked(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, i
     // share them evenly (9 tiles on 2 threads idle one for a ninth of the product).
     if ((tiles_m * tiles_n) % 2 == 1 && tiles_n > 1 && tiles_n < most) ++tiles_n;
   }
-  // Tile widths in whole multiples of 16 columns: the AVX2 kernel's register block.
+  // Tile widths in whole multiples of 16 columns: the AVX2 kernel's register block (any width
+  // gives Eigen's and oneDNN's products the same bits).
   const int64_t tm = (M + tiles_m - 1) / tiles_m, tn = ((N + tiles_n - 1) / tiles_n + 15) / 16 * 16;
   auto tile = [&](int64_t i) {
     const int64_t m0 = (i / tiles_n) * tm, n0 = (i % tiles_n) * tn;
@@ -215,12 +242,8 @@ void gemm_unchecked(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, i
   const int64_t tiles = tiles_m * tiles_n;
   const bool parallel = tiles > 1 && !omp_in_parallel() && omp_get_max_threads() > 1 && M * N * K >= kSmallProduct;
   if (!parallel) {
-    // Eigen and oneDNN must not start threads of their own here either (they read this
-    // thread's nthreads).
-    const int saved = omp_get_max_threads();
-    if (saved > 1) omp_set_num_threads(1);
+    OneThreadScope one;
     for (int64_t i = 0; i < tiles; ++i) tile(i);
-    if (saved > 1) omp_set_num_threads(saved);
     return;
   }
 #pragma omp parallel
@@ -279,22 +302,29 @@ bool cpu_has_avx512() {
 #endif
 }
 
+// Why back end b is not available here (for errors; b must be unavailable).
+const char* unavailable_why(GemmBackend b) {
+  return b == GemmBackend::OneDnn   ? "this build has no oneDNN (scripts/setup.sh installs libdnnl-dev; "
+                                      "cmake/ZdlOneDnn.cmake finds it)"
+         : b == GemmBackend::Avx512 ? "this CPU lacks AVX-512"
+                                    : "this CPU lacks AVX2 or FMA";
+}
+
 // The default: ZDL_CPU_GEMM if set, else oneDNN where built and the CPU has AVX-512, else
-// zerodl's AVX2 kernel where the CPU has AVX2 and FMA, else Eigen.
+// zerodl's AVX2 kernel where the CPU has AVX2 and FMA, else Eigen. (zerodl's AVX-512 instance is
+// not the default anywhere until it is measured against oneDNN there: bench/run_train_step.sh.)
 GemmBackend backend_from_environment() {
   const char* env = std::getenv("ZDL_CPU_GEMM");
   if (env == nullptr || *env == '\0') {
     if (ZDL_WITH_ONEDNN && cpu_has_avx512()) return GemmBackend::OneDnn;
-    return gemm_avx2_supported() ? GemmBackend::Avx2 : GemmBackend::Eigen;
+    return gemm_blocked_supported(GemmIsa::Avx2) ? GemmBackend::Avx2 : GemmBackend::Eigen;
   }
   return gemm_backend_named(env);
 }
 GemmBackend& current_backend() {
   static GemmBackend chosen = [] {
     const GemmBackend b = backend_from_environment();
-    ZDL_CHECK(b != GemmBackend::OneDnn || gemm_backend_available(b), "ZDL_CPU_GEMM=onednn, but this build has no ",
-              "oneDNN (scripts/setup.sh installs libdnnl-dev; cmake/ZdlOneDnn.cmake finds it)");
-    ZDL_CHECK(gemm_backend_available(b), "ZDL_CPU_GEMM=avx2, but this CPU lacks AVX2 or FMA");
+    ZDL_CHECK(gemm_backend_available(b), "ZDL_CPU_GEMM=", gemm_backend_name(b), ", but ", unavailable_why(b));
     return b;
   }();
   return chosen;
@@ -303,30 +333,37 @@ GemmBackend& current_backend() {
 }  // namespace
 
 GemmBackend gemm_backend_named(const char* name) {
-  const GemmBackend all[] = {GemmBackend::Eigen, GemmBackend::Avx2, GemmBackend::OneDnn};
+  const GemmBackend all[] = {GemmBackend::Eigen, GemmBackend::Avx2, GemmBackend::Avx512, GemmBackend::OneDnn};
   const auto* it = std::find_if(std::begin(all), std::end(all),
                                 [&](GemmBackend b) { return std::strcmp(name, gemm_backend_name(b)) == 0; });
-  ZDL_CHECK(it != std::end(all), "a CPU GEMM back end is eigen, avx2 or onednn, got '", name, "'");
+  ZDL_CHECK(it != std::end(all), "a CPU GEMM back end is eigen, avx2, avx512 or onednn, got '", name, "'");
   return *it;
 }
 
 bool gemm_backend_available(GemmBackend b) {
   switch (b) {
     case GemmBackend::Eigen: return true;
-    case GemmBackend::Avx2: return gemm_avx2_supported();
+    case GemmBackend::Avx2: return gemm_blocked_supported(GemmIsa::Avx2);
+    case GemmBackend::Avx512: return gemm_blocked_supported(GemmIsa::Avx512);
     case GemmBackend::OneDnn: return ZDL_WITH_ONEDNN;
   }
   return false;
 }
 GemmBackend gemm_backend() { return current_backend(); }
 void set_gemm_backend(GemmBackend b) {
-  ZDL_CHECK(gemm_backend_available(b), "set_gemm_backend: ", gemm_backend_name(b), " is not available here (",
-            b == GemmBackend::OneDnn ? "a build without oneDNN" : "a CPU without AVX2 and FMA", ")");
+  ZDL_CHECK(gemm_backend_available(b), "set_gemm_backend: ", gemm_backend_name(b), " is not available here: ",
+            unavailable_why(b));
   current_backend() = b;
 }
 
 const char* gemm_backend_name(GemmBackend b) {
-  return b == GemmBackend::OneDnn ? "onednn" : b == GemmBackend::Avx2 ? "avx2" : "eigen";
+  switch (b) {
+    case GemmBackend::OneDnn: return "onednn";
+    case GemmBackend::Avx2: return "avx2";
+    case GemmBackend::Avx512: return "avx512";
+    case GemmBackend::Eigen: break;
+  }
+  return "eigen";
 }
 
 template <class T>
@@ -347,16 +384,14 @@ template <class T>
 void gemm_on_this_thread(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b,
                          const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate) {
   if constexpr (std::is_same_v<T, float>) {
-    if (gemm_backend() == GemmBackend::Avx2) {
-      gemm_avx2(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
+    GemmIsa isa;
+    if (own_kernel(isa)) {
+      gemm_blocked(isa, M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
       return;
     }
   }
-  // Eigen reads this thread's OpenMP thread count: 1, so it starts no team of its own.
-  const int saved = omp_get_max_threads();
-  if (saved > 1) omp_set_num_threads(1);
+  OneThreadScope one;
   eigen_product(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
-  if (saved > 1) omp_set_num_threads(saved);
 }
 
 bool gemm_bf16_available() {

@@ -9,16 +9,17 @@
 // inputs in without a copy. C is always plain row-major.
 //
 // Back end. f32 products run on oneDNN's sgemm where the build found it (cmake/ZdlOneDnn.cmake)
-// and the CPU has AVX-512, else on zerodl's own AVX2 kernel (kernels/cpu/gemm_avx2.h) where the
-// CPU has AVX2 and FMA, else on Eigen's, as f64 products always do. ZDL_CPU_GEMM=eigen, avx2 or
-// onednn in the environment picks one at run time, for comparisons; either way the results do
-// not depend on the thread count (the note in matmul.cpp).
+// and the CPU has AVX-512, else on zerodl's own kernel (kernels/cpu/gemm_blocked.h, its AVX2
+// instance) where the CPU has AVX2 and FMA, else on Eigen's, as f64 products always do.
+// ZDL_CPU_GEMM=eigen, avx2, avx512 (zerodl's kernel on AVX-512 registers, the same bits as avx2)
+// or onednn in the environment picks one at run time, for comparisons; either way the results
+// do not depend on the thread count (the note in matmul.cpp).
 //
 // Threading. One large product is cut into tiles that the OpenMP threads share, each tile a
-// single-threaded product (on the AVX2 kernel, whose bits do not depend on the tiling, each
-// thread takes an equal share of C's rows instead); the batched kernel either runs its products one after another, each
-// tiled that way (few large matrices), or spreads the batch over the threads with each product
-// serial (many small ones); it never nests the two.
+// single-threaded product (on zerodl's kernel, whose bits do not depend on the tiling, each
+// thread takes an equal share of C's rows instead); the batched kernel either runs its products
+// one after another, each tiled that way (few large matrices), or spreads the batch over the
+// threads with each product serial (many small ones); it never nests the two.
 //
 //   // y[B*T, out] = x[B*T, in] @ w[out, in]^T
 //   gemm<float>(BT, out, in, false, x, in, true, w, in, y, out, /*accumulate=*/false);
@@ -29,16 +30,16 @@
 
 namespace zdl::kernels::cpu {
 
-enum class GemmBackend { Eigen, OneDnn, Avx2 };
+enum class GemmBackend { Eigen, OneDnn, Avx2, Avx512 };
 // The back end f32 products use (first read from ZDL_CPU_GEMM; throws on a bad value, on onednn
-// in a build without it, or on avx2 on a CPU without AVX2 and FMA). set_gemm_backend switches it
+// in a build without it, or on avx2/avx512 on a CPU without those instructions). set_gemm_backend switches it
 // for the whole process, for tests and benchmarks; call it between steps, never while a product
 // runs.
 GemmBackend gemm_backend();
 bool gemm_backend_available(GemmBackend b);
 void set_gemm_backend(GemmBackend b);
 const char* gemm_backend_name(GemmBackend b);
-// The back end a name (eigen, avx2, onednn) gives; throws on any other.
+// The back end a name (eigen, avx2, avx512, onednn) gives; throws on any other.
 GemmBackend gemm_backend_named(const char* name);
 
 // C = op(A) op(B), or C += op(A) op(B) when accumulate. K == 0 gives C = 0 (or leaves C).

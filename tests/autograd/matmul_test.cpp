@@ -132,15 +132,15 @@ TEST(Matmul, KernelTransposeFlagsMatchReference) {
 }
 
 TEST(Matmul, F32BackendsMatchReference) {
-  // Each f32 back end this build and CPU have (Eigen; zerodl's AVX2 kernel; oneDNN's sgemm where
-  // found) against the plain twin: every transpose and accumulate combination, leading
+  // Each f32 back end this build and CPU have (Eigen; zerodl's kernel, AVX2 and AVX-512;
+  // oneDNN's sgemm where found) against the plain twin: every transpose and accumulate combination, leading
   // dimensions beyond the rows, one product small enough to run untiled, one that is tiled, and
-  // one past the AVX2 kernel's cache blocks in K and N with partial register blocks. Without
+  // one past zerodl's kernel's cache blocks in K and N with partial register blocks. Without
   // accumulate, C's old contents (NaN here) must not leak into the result.
   const kernels::cpu::GemmBackend saved = kernels::cpu::gemm_backend();
   int tested = 0;
   for (auto backend : {kernels::cpu::GemmBackend::Eigen, kernels::cpu::GemmBackend::Avx2,
-                       kernels::cpu::GemmBackend::OneDnn}) {
+                       kernels::cpu::GemmBackend::Avx512, kernels::cpu::GemmBackend::OneDnn}) {
     if (!kernels::cpu::gemm_backend_available(backend)) continue;
     kernels::cpu::set_gemm_backend(backend);
     ++tested;

@@ -9,9 +9,11 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 
 #include "autograd/ops.h"
 #include "core/rng.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/square_sum.h"
 #include "nn/batch_position.h"
 #include "nn/gpt.h"
@@ -135,18 +137,29 @@ void expect_same_bits_on_any_thread_count(const char* what, F run) {
 }
 
 TEST(ThreadInvariance, MatmulShapes) {
-  // Large enough that the tiles run on several threads; tall, wide and square; transposed
-  // operands (the linear backward's); a batch that is split over threads.
-  struct S { int64_t m, n, k; };
-  for (S s : {S{512, 384, 768}, S{48, 2048, 384}, S{1030, 64, 96}}) {
-    Tensor a = Tensor::randn({s.m, s.k}, 1), b = Tensor::randn({s.k, s.n}, 2);
-    expect_same_bits_on_any_thread_count("matmul", [&] {
-      return std::vector<std::vector<uint32_t>>{bits(matmul(a, b)), bits(matmul(transpose(a, 0, 1), a)),
-                                                bits(matmul(b, transpose(b, 0, 1)))};
-    });
+  // Large enough that the tiles (or zerodl's kernel's rows per thread) run on several threads;
+  // tall, wide and square; transposed operands (the linear backward's); a batch that is split
+  // over threads. On every f32 back end this CPU and build have.
+  namespace kc = kernels::cpu;
+  const kc::GemmBackend saved = kc::gemm_backend();
+  for (kc::GemmBackend backend :
+       {kc::GemmBackend::Eigen, kc::GemmBackend::Avx2, kc::GemmBackend::Avx512, kc::GemmBackend::OneDnn}) {
+    if (!kc::gemm_backend_available(backend)) continue;
+    kc::set_gemm_backend(backend);
+    const std::string on = std::string(" on ") + kc::gemm_backend_name(backend);
+    struct S { int64_t m, n, k; };
+    for (S s : {S{512, 384, 768}, S{48, 2048, 384}, S{1030, 64, 96}}) {
+      Tensor a = Tensor::randn({s.m, s.k}, 1), b = Tensor::randn({s.k, s.n}, 2);
+      expect_same_bits_on_any_thread_count(("matmul" + on).c_str(), [&] {
+        return std::vector<std::vector<uint32_t>>{bits(matmul(a, b)), bits(matmul(transpose(a, 0, 1), a)),
+                                                  bits(matmul(b, transpose(b, 0, 1)))};
+      });
+    }
+    Tensor x = Tensor::randn({6, 200, 64}, 3), y = Tensor::randn({6, 64, 200}, 4);
+    expect_same_bits_on_any_thread_count(("bmm" + on).c_str(),
+                                         [&] { return std::vector<std::vector<uint32_t>>{bits(matmul(x, y))}; });
   }
-  Tensor x = Tensor::randn({6, 200, 64}, 3), y = Tensor::randn({6, 64, 200}, 4);
-  expect_same_bits_on_any_thread_count("bmm", [&] { return std::vector<std::vector<uint32_t>>{bits(matmul(x, y))}; });
+  kc::set_gemm_backend(saved);
 }
 
 TEST(ThreadInvariance, GptGradientsWithDropout) {
