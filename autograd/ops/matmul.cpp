@@ -11,8 +11,8 @@
 // forward and both gradients are single large GEMMs ([B*M, K] @ [K, N]); dB = A^T dC then sums
 // over the batch inside the GEMM's K loop instead of through a separate reduction.
 //
-// CPU bf16: on oneDNN's bf16 GEMM where kernels::cpu::gemm_bf16_available() (f32 sums, one
-// rounding, as on CUDA); elsewhere through the f32 detour of bf16_compute.h.
+// CPU bf16: natively where kernels::cpu::gemm_bf16_available() (zerodl's kernel, or oneDNN's bf16
+// GEMM: f32 sums, one rounding, as on CUDA); elsewhere through the f32 detour of bf16_compute.h.
 //
 // CUDA (f32, bf16): the same Mats go to the cuBLASLt twins (kernels/cuda/matmul.h) with
 // device pointers; bf16 runs natively (bf16 in/out, f32 accumulation, one rounding), and

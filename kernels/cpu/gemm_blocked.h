@@ -16,6 +16,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace zdl::kernels::cpu {
 
 enum class GemmIsa { Avx2, Avx512 };
@@ -32,5 +34,9 @@ int64_t gemm_blocked_rows(GemmIsa isa);
 // do not leak.
 void gemm_blocked(GemmIsa isa, int64_t M, int64_t N, int64_t K, bool trans_a, const float* a, int64_t lda,
                   bool trans_b, const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate);
+// bf16 operands, f32 result: each operand widened to f32 (exact) as it is packed, then the same
+// sums, so the bits equal the f32 product of the widened operands.
+void gemm_blocked(GemmIsa isa, int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16* a, int64_t lda,
+                  bool trans_b, const BFloat16* b, int64_t ldb, float* c, int64_t ldc, bool accumulate);
 
 }  // namespace zdl::kernels::cpu

@@ -25,7 +25,11 @@ struct Zmm {
 // Declared and called by gemm_blocked.cpp, only where the CPU has AVX-512 F.
 void gemm_blocked_avx512(int64_t M, int64_t N, int64_t K, bool trans_a, const float* a, int64_t lda, bool trans_b,
                          const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  gemm_blocked_body<Zmm, 12, 2>(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
+  gemm_blocked_body<Zmm, 12, 2, float>(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
+}
+void gemm_blocked_avx512(int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16* a, int64_t lda,
+                         bool trans_b, const BFloat16* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  gemm_blocked_body<Zmm, 12, 2, BFloat16>(M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
 }
 
 }  // namespace zdl::kernels::cpu

@@ -1,7 +1,8 @@
 // The body of zerodl's blocked f32 product (kernels/cpu/gemm_blocked.h), written once for any
 // vector width: packing, the register kernel and the cache-blocked driver, templates over a
-// vector type V (the Ymm below, or gemm_blocked_avx512.cpp's Zmm) and the register block's shape
-// (MR rows x NV vectors of columns).
+// vector type V (the Ymm below, or gemm_blocked_avx512.cpp's Zmm), the register block's shape
+// (MR rows x NV vectors of columns) and the operands' element type S (float, or BFloat16,
+// widened to f32 exactly as it is packed).
 //
 // Included by one .cpp per instruction set, after it defines ZDL_GEMM_TARGET as that set's
 // function attribute; everything here lands in that file's anonymous namespace. Every function
@@ -20,6 +21,7 @@
 #include <immintrin.h>
 
 #include "core/check.h"
+#include "core/dtype.h"
 
 #ifndef ZDL_GEMM_TARGET
 #error "define ZDL_GEMM_TARGET (the instruction set's function attribute) before including gemm_blocked_impl.h"
@@ -88,15 +90,29 @@ ZDL_GEMM_TARGET inline void transpose8(__m256 r[8]) {
   r[6] = _mm256_permute2f128_ps(u2, u6, 0x31), r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-// Copies W floats with vector moves: 8 at a time, then 4, then the rest in one small move (no
-// alignment assumed).
-template <int64_t W>
-ZDL_GEMM_TARGET inline void copy_lanes(const float* src, float* dst) {
+// Eight operand values from p as f32 (a bf16 is the high half of its f32: exact).
+ZDL_GEMM_TARGET inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+ZDL_GEMM_TARGET inline __m256 load8(const BFloat16* p) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+// Four, likewise.
+ZDL_GEMM_TARGET inline __m128 load4(const float* p) { return _mm_loadu_ps(p); }
+ZDL_GEMM_TARGET inline __m128 load4(const BFloat16* p) {
+  const __m128i wide = _mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm_castsi128_ps(_mm_slli_epi32(wide, 16));
+}
+
+// Copies W values as f32 with vector moves: 8 at a time, then 4, then one by one (no alignment
+// assumed).
+template <int64_t W, class S>
+ZDL_GEMM_TARGET inline void copy_lanes(const S* src, float* dst) {
   constexpr int64_t eights = W / 8 * 8, fours = W / 4 * 4;
   ZDL_GEMM_UNROLL
-  for (int64_t w = 0; w < eights; w += 8) _mm256_storeu_ps(dst + w, _mm256_loadu_ps(src + w));
-  if constexpr (fours > eights) _mm_storeu_ps(dst + eights, _mm_loadu_ps(src + eights));
-  if constexpr (W > fours) std::memcpy(dst + fours, src + fours, (W - fours) * sizeof(float));
+  for (int64_t w = 0; w < eights; w += 8) _mm256_storeu_ps(dst + w, load8(src + w));
+  if constexpr (fours > eights) _mm_storeu_ps(dst + eights, load4(src + eights));
+  ZDL_GEMM_UNROLL
+  for (int64_t w = fours; w < W; ++w) dst[w] = static_cast<float>(src[w]);
 }
 
 // Packs a panel P (kc x width) into strips of W lanes, k-major: strip s (starting at
@@ -104,15 +120,16 @@ ZDL_GEMM_TARGET inline void copy_lanes(const float* src, float* dst) {
 // src[k * ld + j] when rows_contiguous, else src[j * ld + k]. op(A) packs as P = op(A)^T in
 // strips of MR rows, op(B) as P = op(B) in strips of NR columns. Writes up to 8 floats past the
 // last strip (the buffers have that slack).
-template <int64_t W>
-ZDL_GEMM_TARGET void pack(int64_t kc, int64_t width, bool rows_contiguous, const float* src, int64_t ld, float* dst) {
+template <int64_t W, class S>
+ZDL_GEMM_TARGET void pack(int64_t kc, int64_t width, bool rows_contiguous, const S* src, int64_t ld, float* dst) {
   const int64_t full = width / W * W;  // lanes in whole strips
   if (rows_contiguous) {
     // Row k of the panel is read once and dealt to every strip.
     for (int64_t k = 0; k < kc; ++k) {
-      const float* row = src + k * ld;
+      const S* row = src + k * ld;
       for (int64_t s = 0; s < full; s += W) copy_lanes<W>(row + s, dst + s * kc + k * W);
-      for (int64_t w = 0; w < W && full < width; ++w) dst[full * kc + k * W + w] = full + w < width ? row[full + w] : 0.0f;
+      for (int64_t w = 0; w < W && full < width; ++w)
+        dst[full * kc + k * W + w] = full + w < width ? static_cast<float>(row[full + w]) : 0.0f;
     }
     return;
   }
@@ -129,13 +146,13 @@ ZDL_GEMM_TARGET void pack(int64_t kc, int64_t width, bool rows_contiguous, const
       for (int64_t h = last_group; h >= 0; h -= 8) {
         __m256 r[8];
         for (int64_t i = 0; i < 8; ++i)
-          r[i] = h + i < lanes ? _mm256_loadu_ps(src + (s + h + i) * ld + k) : _mm256_setzero_ps();
+          r[i] = h + i < lanes ? load8(src + (s + h + i) * ld + k) : _mm256_setzero_ps();
         transpose8(r);
         for (int64_t i = 0; i < 8; ++i) _mm256_storeu_ps(d + (k + i) * W + h, r[i]);
       }
     }
     for (; k < kc; ++k)
-      for (int64_t w = 0; w < W; ++w) d[k * W + w] = w < lanes ? src[(s + w) * ld + k] : 0.0f;
+      for (int64_t w = 0; w < W; ++w) d[k * W + w] = w < lanes ? static_cast<float>(src[(s + w) * ld + k]) : 0.0f;
   }
 }
 
@@ -194,10 +211,9 @@ ZDL_GEMM_TARGET void kernel_edge(int64_t kc, const float* pa, const float* pb, f
 }
 
 // C[M,N] = op(A) op(B), or += when accumulate, on the calling thread (gemm_blocked.h's contract).
-template <class V, int64_t MR, int64_t NV>
-ZDL_GEMM_TARGET void gemm_blocked_body(int64_t M, int64_t N, int64_t K, bool trans_a, const float* a, int64_t lda,
-                                       bool trans_b, const float* b, int64_t ldb, float* c, int64_t ldc,
-                                       bool accumulate) {
+template <class V, int64_t MR, int64_t NV, class S>
+ZDL_GEMM_TARGET void gemm_blocked_body(int64_t M, int64_t N, int64_t K, bool trans_a, const S* a, int64_t lda,
+                                       bool trans_b, const S* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   constexpr int64_t NR = NV * V::kLanes;
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
@@ -211,7 +227,7 @@ ZDL_GEMM_TARGET void gemm_blocked_body(int64_t M, int64_t N, int64_t K, bool tra
     thread_local PackBuffer product;
     product.reserve(M * N);
     float* p = product.data();
-    gemm_blocked_body<V, MR, NV>(M, N, K, trans_a, a, lda, trans_b, b, ldb, p, N, /*accumulate=*/false);
+    gemm_blocked_body<V, MR, NV, S>(M, N, K, trans_a, a, lda, trans_b, b, ldb, p, N, /*accumulate=*/false);
     for (int64_t m = 0; m < M; ++m) {
       float* row = c + m * ldc;
       const float* sum = p + m * N;

@@ -139,9 +139,40 @@ extern "C" dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_di
                                                dnnl_dim_t ldb, float beta, float* C, dnnl_dim_t ldc);
 #endif
 
+bool cpu_has_bf16_dot_products() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+// Where bf16 products run: on oneDNN's bf16 GEMM when oneDNN is the back end and the CPU has bf16
+// dot products (elsewhere oneDNN would emulate them); else on zerodl's kernel, the instance in
+// use or the widest this CPU has (the same bits either way); else nowhere (bf16 products then
+// compute in f32 through autograd). Decided by the CPU and the back end only, as the f32 back end
+// is, so every rank of a job on one machine type rounds the same.
+enum class Bf16Gemm { OneDnn, Own, None };
+Bf16Gemm bf16_gemm(GemmIsa& isa) {
+  static const bool dots = cpu_has_bf16_dot_products();
+  if (ZDL_WITH_ONEDNN_BF16 && dots && gemm_backend() == GemmBackend::OneDnn) return Bf16Gemm::OneDnn;
+  if (own_kernel(isa)) return Bf16Gemm::Own;
+  for (GemmIsa widest : {GemmIsa::Avx512, GemmIsa::Avx2})
+    if (gemm_blocked_supported(widest)) {
+      isa = widest;
+      return Bf16Gemm::Own;
+    }
+  return Bf16Gemm::None;
+}
+
 // bf16 operands, f32 result (only called where gemm_bf16_available()).
 void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16* a, int64_t lda, bool trans_b,
                   const BFloat16* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  GemmIsa isa;
+  if (bf16_gemm(isa) == Bf16Gemm::Own) {
+    gemm_blocked(isa, M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
+    return;
+  }
 #if ZDL_WITH_ONEDNN_BF16
   static_assert(sizeof(BFloat16) == sizeof(uint16_t));
   const dnnl_status_t st =
@@ -185,28 +216,27 @@ void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16*
 constexpr int64_t kTileRows = 256, kMinTileCols = 64, kWantTiles = 8;
 
 // zerodl's kernel needs no tiles chosen from the shape: its bits depend on K alone
-// (gemm_blocked.h). So each thread takes an equal share of C's rows at full width, one product,
-// instead of the tiles below, which are as narrow as 64 columns where a weight gradient has few
-// rows, and each pack their panels again (the twelve products of a GPT step at C = 256 and
-// B*T = 1024, 2 threads, AVX2: 30.7 ms against the tiles' 33.2). Products too small to share,
-// or with too few rows for every thread, return false and take the tiles.
-bool rows_per_thread(GemmIsa isa, int64_t M, int64_t N, int64_t K, bool trans_a, const float* a, int64_t lda,
-                     bool trans_b, const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+// (gemm_blocked.h). So each thread takes an equal share of C's rows at full width, one product
+// (rows(m0, m1) computes rows [m0, m1)), instead of the tiles below, which are as narrow as 64
+// columns where a weight gradient has few rows, and each pack their panels again (the twelve
+// products of a GPT step at C = 256 and B*T = 1024, 2 threads, AVX2: 30.7 ms against the tiles'
+// 33.2). Products too small to share, or with too few rows for every thread, return false and
+// take the tiles.
+template <class Rows>
+bool rows_per_thread(GemmIsa isa, int64_t M, int64_t N, int64_t K, const Rows& rows) {
   const int threads = omp_in_parallel() || M * N * K < kSmallProduct ? 1 : omp_get_max_threads();
   if (threads == 1) {
-    gemm_blocked(isa, M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate);
+    rows(0, M);
     return true;
   }
   // Whole register blocks of rows per thread, at least 4 each.
-  const int64_t rows = gemm_blocked_rows(isa), blocks = (M + rows - 1) / rows;
+  const int64_t block = gemm_blocked_rows(isa), blocks = (M + block - 1) / block;
   if (blocks < 4 * threads) return false;
-  const int64_t per = (blocks + threads - 1) / threads * rows;
+  const int64_t per = (blocks + threads - 1) / threads * block;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int t = 0; t < threads; ++t) {
     const int64_t m0 = t * per, m1 = std::min(M, m0 + per);
-    if (m0 < m1)
-      gemm_blocked(isa, m1 - m0, N, K, trans_a, trans_a ? a + m0 : a + m0 * lda, lda, trans_b, b, ldb, c + m0 * ldc,
-                   ldc, accumulate);
+    if (m0 < m1) rows(m0, m1);
   }
   return true;
 }
@@ -215,9 +245,16 @@ template <class T>
 void gemm_unchecked(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b, const T* b,
                     int64_t ldb, T* c, int64_t ldc, bool accumulate) {
   if (M == 0 || N == 0) return;
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
     GemmIsa isa;
-    if (own_kernel(isa) && rows_per_thread(isa, M, N, K, trans_a, a, lda, trans_b, b, ldb, c, ldc, accumulate)) return;
+    bool own;
+    if constexpr (std::is_same_v<T, float>) own = own_kernel(isa);
+    else own = bf16_gemm(isa) == Bf16Gemm::Own;
+    auto rows = [&](int64_t m0, int64_t m1) {
+      tile_product(m1 - m0, N, K, trans_a, trans_a ? a + m0 : a + m0 * lda, lda, trans_b, b, ldb, c + m0 * ldc, ldc,
+                   accumulate);
+    };
+    if (own && rows_per_thread(isa, M, N, K, rows)) return;
   }
   const int64_t tiles_m = (M + kTileRows - 1) / kTileRows;
   int64_t tiles_n = 1;
@@ -280,14 +317,6 @@ void batched_products(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans
   } else {
     for (int64_t i = 0; i < batch; ++i) one(i);
   }
-}
-
-bool cpu_has_bf16_dot_products() {
-#if defined(__x86_64__) || defined(__i386__)
-  return __builtin_cpu_supports("avx512bf16");
-#else
-  return false;
-#endif
 }
 
 // Whether the CPU has AVX-512 (F): where oneDNN's sgemm beats Eigen's. On AVX2-only CPUs Eigen's
@@ -395,8 +424,8 @@ void gemm_on_this_thread(int64_t M, int64_t N, int64_t K, bool trans_a, const T*
 }
 
 bool gemm_bf16_available() {
-  static const bool cpu = cpu_has_bf16_dot_products();
-  return ZDL_WITH_ONEDNN_BF16 && cpu && gemm_backend() == GemmBackend::OneDnn;
+  GemmIsa isa;
+  return bf16_gemm(isa) != Bf16Gemm::None;
 }
 
 void gemm_bf16_batched(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16* a, int64_t lda,

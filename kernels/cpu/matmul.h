@@ -62,11 +62,13 @@ template <class T>
 void gemm_on_this_thread(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int64_t lda, bool trans_b,
                          const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate);
 
-// bf16 operands and result: gemm_batched with every product summed in f32 (oneDNN's bf16
-// GEMM), on top of C's value when accumulating, and rounded to bf16 once. Only where gemm_bf16_available(): a build with
-// oneDNN's bf16 GEMM, the oneDNN back end in use, and a CPU with AVX512-BF16 dot products
-// (elsewhere oneDNN would emulate them, and bf16 ops compute in f32 instead:
-// autograd/ops/bf16_compute.h).
+// bf16 operands and result: gemm_batched with every product summed in f32, on top of C's value
+// when accumulating, and rounded to bf16 once: on oneDNN's bf16 GEMM where the build has it, the
+// oneDNN back end is in use and the CPU has AVX512-BF16 dot products (elsewhere oneDNN would
+// emulate them); else on zerodl's kernel, which widens the operands as it packs them (the bits
+// of the f32 product of the widened operands), wherever the CPU has AVX2 and FMA, whatever the
+// f32 back end. gemm_bf16_available() says whether either applies; where neither does, bf16
+// products compute in f32 through autograd (autograd/ops/bf16_compute.h).
 bool gemm_bf16_available();
 void gemm_bf16_batched(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16* a, int64_t lda,
                        int64_t stride_a, bool trans_b, const BFloat16* b, int64_t ldb, int64_t stride_b, BFloat16* c,

@@ -209,10 +209,12 @@ TEST(Bf16, MatmulAndLinear) {
 }
 
 TEST(Bf16, NativeGemmSumsInF32AndRoundsOnce) {
-  // Where the CPU has bf16 dot products, matmul and linear run on oneDNN's bf16 GEMM: every
-  // output is the exact sum of the bf16 products (plus the bias), summed in f32 and rounded to
-  // bf16 once. Against that sum taken in double and rounded: at most one bf16 step apart (plus
-  // f32's own summation error where the sum cancels), and nearly always equal. Shapes large enough to be tiled, on 1 and 3 threads: the same bits.
+  // Where a native bf16 GEMM runs (zerodl's kernel; oneDNN's where the CPU has bf16 dot
+  // products), matmul and linear take bf16 operands: every output is the exact sum of the bf16
+  // products (plus the bias), summed in f32 and rounded to bf16 once. Against that sum taken in
+  // double and rounded: at most one bf16 step apart (plus f32's own summation error where the
+  // sum cancels), and nearly always equal. Shapes large enough to be tiled, on 1 and 3 threads:
+  // the same bits.
   if (!kernels::cpu::gemm_bf16_available()) GTEST_SKIP() << "no native bf16 GEMM on this CPU or build";
   // The last two have tiles wider than the 1024 columns a tile's f32 scratch holds at a time
   // (one small untiled product; tiles of whole rows, threaded).

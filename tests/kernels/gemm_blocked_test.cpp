@@ -120,61 +120,107 @@ TEST(GemmBlocked, AccumulatingAddsTheProductComputedAlone) {
 
 TEST(GemmBlocked, EmptyInnerDimension) {
   if (isas_here().empty()) GTEST_SKIP() << "CPU without AVX2 and FMA";
+  const float* none = nullptr;
   for (GemmIsa isa : isas_here()) {
     std::vector<float> c(6, std::nanf(""));
-    gemm_blocked(isa, 2, 3, 0, false, nullptr, 1, false, nullptr, 3, c.data(), 3, false);
+    gemm_blocked(isa, 2, 3, 0, false, none, 1, false, none, 3, c.data(), 3, false);
     for (float v : c) EXPECT_EQ(v, 0.0f) << name(isa);
     std::vector<float> d(6, 1.5f);
-    gemm_blocked(isa, 2, 3, 0, false, nullptr, 1, false, nullptr, 3, d.data(), 3, true);
+    gemm_blocked(isa, 2, 3, 0, false, none, 1, false, none, 3, d.data(), 3, true);
     for (float v : d) EXPECT_EQ(v, 1.5f) << name(isa);
   }
 }
+
+TEST(GemmBlocked, Bf16OperandsGiveTheBitsOfTheirF32Widening) {
+  // bf16 operands are widened as they are packed (both packing paths, every transpose, edges,
+  // several K blocks, accumulating or not): the bits of the f32 product of the widened values.
+  if (isas_here().empty()) GTEST_SKIP() << "CPU without AVX2 and FMA";
+  const int64_t M = 37, N = 45, K = 801;
+  std::vector<BFloat16> a16(static_cast<size_t>(M * K)), b16(static_cast<size_t>(K * N));
+  std::vector<float> a32(a16.size()), b32(b16.size());
+  const std::vector<float> wa = wave(a16.size(), 0.31), wb = wave(b16.size(), 0.47);
+  for (size_t i = 0; i < a16.size(); ++i) a32[i] = static_cast<float>(a16[i] = BFloat16(wa[i]));
+  for (size_t i = 0; i < b16.size(); ++i) b32[i] = static_cast<float>(b16[i] = BFloat16(wb[i]));
+  for (GemmIsa isa : isas_here())
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (bool acc : {false, true}) {
+          const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+          std::vector<float> want = wave(static_cast<size_t>(M * N), 0.8), got = want;
+          gemm_blocked(isa, M, N, K, ta, a32.data(), lda, tb, b32.data(), ldb, want.data(), N, acc);
+          gemm_blocked(isa, M, N, K, ta, a16.data(), lda, tb, b16.data(), ldb, got.data(), N, acc);
+          for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_TRUE(same_bits(got[i], want[i])) << name(isa) << " ta=" << ta << " tb=" << tb << " acc=" << acc
+                                                    << " at " << i << ": " << got[i] << " vs " << want[i];
+        }
+}
+
+#if ZDL_TEST_WIDE_BLOCK
+// The wide block against the AVX2 instance on operands of type S (float, or bf16 from the same
+// waves), bit for bit, over shapes around the block sizes.
+template <class S>
+void expect_wide_block_matches_avx2(std::initializer_list<int64_t> Ms, std::initializer_list<int64_t> Ns,
+                                    std::initializer_list<int64_t> Ks) {
+  for (int64_t M : Ms)
+    for (int64_t N : Ns)
+      for (int64_t K : Ks)
+        for (bool ta : {false, true})
+          for (bool tb : {false, true})
+            for (bool acc : {false, true}) {
+              const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+              const std::vector<float> wa = wave(static_cast<size_t>(M * K), 0.29), wb = wave(static_cast<size_t>(K * N), 0.17);
+              const std::vector<S> a(wa.begin(), wa.end()), b(wb.begin(), wb.end());
+              std::vector<float> narrow = wave(static_cast<size_t>(M * N), 0.6), wide = narrow;
+              gemm_blocked(GemmIsa::Avx2, M, N, K, ta, a.data(), lda, tb, b.data(), ldb, narrow.data(), N, acc);
+              gemm_blocked_body<Ymm, 12, 4, S>(M, N, K, ta, a.data(), lda, tb, b.data(), ldb, wide.data(), N, acc);
+              for (size_t i = 0; i < narrow.size(); ++i)
+                ASSERT_TRUE(same_bits(wide[i], narrow[i]))
+                    << (sizeof(S) == 2 ? "bf16" : "f32") << " M=" << M << " N=" << N << " K=" << K << " ta=" << ta
+                    << " tb=" << tb << " acc=" << acc << " at " << i << ": " << wide[i] << " vs " << narrow[i];
+            }
+}
+#endif
 
 TEST(GemmBlocked, WideBlockGivesTheAvx2Bits) {
   // The 12 x 32 block of the AVX-512 instance, on AVX2 registers here, against the AVX2
   // instance's 6 x 16, bit for bit: every transpose, with and without accumulating, K within one
   // block, past one and not a multiple of 8 (the transposing pack's tail), and M, N around the
-  // block sizes (whole blocks, one short, one over; strips of 12 with fewer than 8 lanes left).
+  // block sizes (whole blocks, one short, one over; strips of 12 with fewer than 8 lanes left);
+  // f32 operands and bf16 ones.
 #if ZDL_TEST_WIDE_BLOCK
   if (!gemm_blocked_supported(GemmIsa::Avx2)) GTEST_SKIP() << "CPU without AVX2 and FMA";
-  for (int64_t M : {1, 11, 12, 13, 24, 101})
-    for (int64_t N : {1, 31, 32, 33, 70})
-      for (int64_t K : {5, 384, 389, 800})
-        for (bool ta : {false, true})
-          for (bool tb : {false, true})
-            for (bool acc : {false, true}) {
-              const int64_t lda = ta ? M : K, ldb = tb ? K : N;
-              const std::vector<float> a = wave(static_cast<size_t>(M * K), 0.29), b = wave(static_cast<size_t>(K * N), 0.17);
-              std::vector<float> narrow = wave(static_cast<size_t>(M * N), 0.6), wide = narrow;
-              gemm_blocked(GemmIsa::Avx2, M, N, K, ta, a.data(), lda, tb, b.data(), ldb, narrow.data(), N, acc);
-              gemm_blocked_body<Ymm, 12, 4>(M, N, K, ta, a.data(), lda, tb, b.data(), ldb, wide.data(), N, acc);
-              for (size_t i = 0; i < narrow.size(); ++i)
-                ASSERT_TRUE(same_bits(wide[i], narrow[i]))
-                    << "M=" << M << " N=" << N << " K=" << K << " ta=" << ta << " tb=" << tb << " acc=" << acc << " at "
-                    << i << ": " << wide[i] << " vs " << narrow[i];
-            }
+  expect_wide_block_matches_avx2<float>({1, 11, 12, 13, 24, 101}, {1, 31, 32, 33, 70}, {5, 384, 389, 800});
+  expect_wide_block_matches_avx2<BFloat16>({5, 12, 13, 101}, {7, 32, 33}, {5, 389});
 #else
   GTEST_SKIP() << "not an x86 build";
 #endif
 }
 
-TEST(GemmBlocked, Avx512GivesTheAvx2Bits) {
-  // Ranks on AVX2 and on AVX-512 CPUs compute the same bits (gemm_blocked.h).
-  if (!gemm_blocked_supported(GemmIsa::Avx512)) GTEST_SKIP() << "CPU without AVX-512";
+// Both instances on operands of type S, bit for bit.
+template <class S>
+void expect_avx512_matches_avx2() {
   for (int64_t M : {7, 12, 100})
     for (int64_t N : {33, 64, 90})
       for (bool ta : {false, true})
         for (bool tb : {false, true}) {
           const int64_t K = 777, lda = ta ? M : K, ldb = tb ? K : N;
-          const std::vector<float> a = wave(static_cast<size_t>(M * K), 0.41), b = wave(static_cast<size_t>(K * N), 0.23);
+          const std::vector<float> wa = wave(static_cast<size_t>(M * K), 0.41), wb = wave(static_cast<size_t>(K * N), 0.23);
+          const std::vector<S> a(wa.begin(), wa.end()), b(wb.begin(), wb.end());
           std::vector<float> narrow(static_cast<size_t>(M * N)), wide(narrow.size());
           gemm_blocked(GemmIsa::Avx2, M, N, K, ta, a.data(), lda, tb, b.data(), ldb, narrow.data(), N, false);
           gemm_blocked(GemmIsa::Avx512, M, N, K, ta, a.data(), lda, tb, b.data(), ldb, wide.data(), N, false);
           for (size_t i = 0; i < narrow.size(); ++i)
             ASSERT_TRUE(same_bits(wide[i], narrow[i]))
-                << "M=" << M << " N=" << N << " ta=" << ta << " tb=" << tb << " at " << i << ": " << wide[i] << " vs "
-                << narrow[i];
+                << (sizeof(S) == 2 ? "bf16" : "f32") << " M=" << M << " N=" << N << " ta=" << ta << " tb=" << tb
+                << " at " << i << ": " << wide[i] << " vs " << narrow[i];
         }
+}
+
+TEST(GemmBlocked, Avx512GivesTheAvx2Bits) {
+  // Ranks on AVX2 and on AVX-512 CPUs compute the same bits (gemm_blocked.h).
+  if (!gemm_blocked_supported(GemmIsa::Avx512)) GTEST_SKIP() << "CPU without AVX-512";
+  expect_avx512_matches_avx2<float>();
+  expect_avx512_matches_avx2<BFloat16>();
 }
 
 }  // namespace
