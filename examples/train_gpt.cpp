@@ -254,8 +254,7 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   // ---- a checkpoint's states: weights and Adam moments; the step fixes data and dropout ----
   const int64_t first_step = s.resumed ? resume(x) : 0;
   if (a.eval_only) {  // the weights (a checkpoint's, a GPT-2 file's or fresh ones) on any data
-    const int64_t n = a.eval_batches > 0 ? a.eval_batches : x.ds().num_eval_batches(data::Split::Train);
-    const auto [loss, batches] = evaluate(x, data::Split::Train, n);
+    const auto [loss, batches] = evaluate(x, data::Split::Train, a.eval_batches);
     if (x.lead()) std::printf("loss %.6f\n", loss);
     s.metrics->write({{"type", "eval"}, {"loss", loss}, {"batches", batches}});
     return 0;
@@ -266,9 +265,13 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   const std::string ack = "\ntrain_gpt: interrupted: stopping after this step" +
                           std::string(a.save.empty() ? "" : ", saving to " + a.save) +
                           " (a second Ctrl-C stops at once, unsaved)\n";
-  io::InterruptScope interrupt(x.lead() ? ack.c_str() : nullptr);
-  if (const int sig = train(x, first_step, gpu, progress)) return io::exit_code_of_signal(sig);  // failures: exit 1
-  if (!a.export_hf.empty()) export_hf(x, progress);
+  {
+    io::InterruptScope interrupt(x.lead() ? ack.c_str() : nullptr);
+    if (const int sig = train(x, first_step, gpu, progress)) return io::exit_code_of_signal(sig);  // failures: exit 1
+    if (!a.export_hf.empty()) export_hf(x, progress);  // a signal meanwhile waits for the export
+    if (const int sig = io::interrupt_signal()) return io::exit_code_of_signal(sig);
+  }
+  // Sampling saves nothing, so a signal ends it at once, as without the scope.
   if (a.sample > 0) print_sample(x, app);
   return 0;
 }

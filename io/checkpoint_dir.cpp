@@ -5,6 +5,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -142,7 +143,24 @@ void swap_into_place(const std::string& dir, const OwnedName& owns) {
                  dir.c_str(), previous.c_str(), ec.message().c_str());
 }
 
+void require_outside_working_directory(const std::string& dir) {
+  std::error_code ec;
+  const fs::path cwd = fs::current_path(ec);
+  if (ec) return;
+  fs::path target = fs::weakly_canonical(fs::absolute(dir, ec), ec);
+  if (ec) return;
+  if (target.filename().empty()) target = target.parent_path();  // "/a/b/" -> "/a/b"
+  const fs::path here = fs::weakly_canonical(cwd, ec);
+  if (ec) return;
+  // target holds the working directory when its parts are the first parts of the latter's.
+  const auto [t, h] = std::mismatch(target.begin(), target.end(), here.begin(), here.end());
+  require(t != target.end(), "'", dir, "' is ", h == here.end() ? "the working directory" : "above the working directory",
+          " ('", here.string(), "'), which a save or an export would swap out from under this run: name a ",
+          "directory outside it (a subdirectory of it is fine)");
+}
+
 void check_checkpoint_destination(const std::string& dir, const char* marker_file) {
+  require_outside_working_directory(dir);
   std::error_code ec;
   const fs::path p(dir);
   if (fs::exists(p, ec)) {

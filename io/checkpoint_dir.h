@@ -40,6 +40,10 @@ void swap_into_place(const std::string& dir, const OwnedName& owns);
 // `dir` is writable (a save removes the files of the checkpoint it replaces). For startup checks, so a
 // typo or a read-only disk fails at once, not at the first save hours later.
 void check_checkpoint_destination(const std::string& dir, const char* marker_file);
+// Throws unless `dir` lies outside the working directory's path: a save or an export swaps its
+// directory whole, and swapping the working directory (or one above it: "..", "$PWD") would
+// leave this process, and the shell that started it, in a deleted directory.
+void require_outside_working_directory(const std::string& dir);
 // "" when this process may create and remove entries in the existing directory `dir` (its
 // effective ids, as a write would use them), else the reason (strerror).
 std::string unwritable_reason(const std::string& dir);

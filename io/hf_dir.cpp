@@ -159,6 +159,7 @@ fs::path hf_dir_path(const std::string& dir) {
   if (d.filename().empty()) d = d.parent_path();
   require(!d.empty() && !d.filename().empty() && d.filename() != "." && d.filename() != "..", "'", dir,
           "' names no directory an export can replace; give a directory's name");
+  require_outside_working_directory(dir);
   if (fs::is_symlink(d)) {  // the swap must replace the target, not the link
     std::error_code ec;
     const fs::path target = fs::canonical(d, ec);

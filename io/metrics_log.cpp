@@ -15,9 +15,16 @@ MetricsLog::MetricsLog(std::string path, int rank, bool all_ranks) {
     if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) path += suffix;
     else path.insert(dot, suffix);
   }
-  file_ = std::fopen(path.c_str(), "a");
+  file_ = std::fopen(path.c_str(), "a+");  // appends; reads only the last byte, below
   if (!file_) throw Error(detail::str("cannot open metrics file '", path, "' for appending: ", std::strerror(errno)));
   path_ = std::move(path);
+  // A run killed mid-line left its last line torn: end it, so that this run's first line is a
+  // line of its own and parses.
+  if (std::fseek(file_, -1, SEEK_END) == 0 && std::fgetc(file_) != '\n') {
+    errno = 0;
+    if (std::fputc('\n', file_) == EOF || std::fflush(file_) != 0)
+      throw Error(detail::str("cannot write the metrics file '", path_, "': ", errno ? std::strerror(errno) : "write error"));
+  }
 }
 
 MetricsLog::~MetricsLog() {

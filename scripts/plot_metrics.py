@@ -6,8 +6,9 @@
 Panels: training loss and validation loss over steps; tokens/s; memory per category on the
 writing rank (parameters, gradients, optimizer states, activations, communication buffers) at
 the end of each step. Several files are overlaid, labelled by file name, e.g. two ZeRO stages or
-a resumed run's two halves. Lines a crash cut short are skipped. Needs matplotlib
-(python3-matplotlib; scripts/setup.sh).
+a resumed run's two halves. Lines a crash cut short are skipped with a warning. Bad input (a
+missing, unreadable or non-metrics file, nothing to draw, an output that cannot be written)
+exits 2 with one line on stderr. Needs matplotlib (python3-matplotlib; scripts/setup.sh).
 """
 import argparse
 import json
@@ -17,19 +18,30 @@ import sys
 MEMORY = ["param", "grad", "optim", "activation", "comm"]
 
 
+def fail(message):
+    """Bad input: one line on stderr and exit status 2, never a traceback."""
+    print(f"plot_metrics: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def read(path):
-    steps, evals = [], []
-    with open(path) as f:
-        for line in f:
+    """The step and eval lines of a metrics file, and the numbers of the lines that are not JSON
+    objects (a line a crash cut short). Raises OSError if the file cannot be read."""
+    steps, evals, skipped = [], [], []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
             try:
                 j = json.loads(line)
             except ValueError:
-                continue  # a line cut short by a crash
-            if "loss" in j and "step" in j:
+                j = None
+            if not isinstance(j, dict):
+                if line.strip():
+                    skipped.append(n)
+            elif "loss" in j and "step" in j:
                 steps.append(j)
-            elif "val_loss" in j:
+            elif "val_loss" in j and "step" in j:
                 evals.append(j)
-    return steps, evals
+    return steps, evals, skipped
 
 
 def main():
@@ -45,9 +57,16 @@ def main():
         sys.exit("plot_metrics: needs matplotlib (apt-get install python3-matplotlib)")
     runs = []
     for path in a.files:
-        steps, evals = read(path)
+        try:
+            steps, evals, skipped = read(path)
+        except OSError as e:
+            fail(f"cannot read {path}: {e.strerror or e}")
         if not steps:
-            sys.exit(f"plot_metrics: {path} has no step lines (is it a train_gpt --metrics file?)")
+            fail(f"{path} has no step lines, nothing to draw (is it a train_gpt --metrics file?)")
+        if skipped:
+            where = f"line {skipped[0]}" if len(skipped) == 1 else f"{len(skipped)} lines from line {skipped[0]}"
+            print(f"plot_metrics: warning: {path}: skipped {where}, not complete JSON (cut short by a crash?)",
+                  file=sys.stderr)
         runs.append((os.path.basename(path), steps, evals))
 
     fig, (ax_loss, ax_tok, ax_mem) = plt.subplots(1, 3, figsize=(15, 4.2))
@@ -69,7 +88,10 @@ def main():
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(a.out, dpi=110, bbox_inches="tight")
+    try:
+        fig.savefig(a.out, dpi=110, bbox_inches="tight")
+    except (OSError, ValueError) as e:  # a missing directory, no permission, an unknown image format
+        fail(f"cannot write {a.out}: {getattr(e, 'strerror', None) or e}")
     print(f"wrote {a.out}")
 
 

@@ -57,6 +57,10 @@ void print_run(const Session& x, const DeviceInfo& gpu, int64_t first_step, cons
                   s.ds->files().files().size() > 1 ? detail::str(", ", s.ds->files().files().size(), " files") : "",
                   ") | batch ", a.batch, " x ", a.seq, " x accum ", a.grad_accum,
                   " | steps ", a.steps));
+  for (const std::string& flag : s.resumed_with_other)
+    say("resumed with " + flag + ": the run leaves the checkpoint's trajectory");
+  if (s.resumed && first_step >= a.steps)
+    say(detail::str("nothing to train: the checkpoint is at step ", first_step, ", the run's last (--steps ", a.steps, ")"));
   if (x.zero.options().quantize_weights)
     say("qwZ: ZeRO-3's gathers move int8 codes (a scale per 256 values): the losses differ from the exact run's");
   if (x.zero.options().quantize_grads)

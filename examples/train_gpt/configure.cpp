@@ -208,6 +208,14 @@ void open_dataset(const Args& a, Setup& s, data::TokenFiles files, const dist::C
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
+  // A step draws --batch x --seq x --grad-accum tokens. More than the training split holds is a
+  // typo's size (and --grad-accum 1000000000 would hold a loss slot per micro-batch in memory).
+  const double per_step = static_cast<double>(a.batch) * static_cast<double>(a.seq) * static_cast<double>(a.grad_accum);
+  const int64_t train_tokens = s.ds->split_size(data::Split::Train);
+  if (!a.eval_only && per_step > static_cast<double>(train_tokens))
+    throw UsageError(detail::str("one step would draw ", per_step, " tokens (--batch ", a.batch, " x --seq ", a.seq,
+                                 " x --grad-accum ", a.grad_accum, "), more than the ", train_tokens,
+                                 " of the training split: lower them, or train on more data"));
 }
 
 // Checked before any training (not when the first save comes, hours later): only rank 0
@@ -264,6 +272,7 @@ void check_layout(const Args& a, const dist::Communicator& comm) {
 Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device dev) {
   Setup s;
   io::agree_on_usage(comm, [&] {
+    if (given(app, "--resume")) s.resumed_with_other = read_checkpoint_state(a, app, s.resumed);
     data::TokenFiles files = open_data(a, s);
     check_model(a, app, s, files, comm.size(), comm.local_size(), dev);
     check_layout(a, comm);

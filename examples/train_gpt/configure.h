@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/device.h"
 #include "data/bpe_tokenizer.h"
@@ -27,6 +28,7 @@ namespace zdl::train_gpt {
 // What the flags and files make of a run: the model, the data, the checkpoint it resumes.
 struct Setup {
   std::optional<io::TrainState> resumed;
+  std::vector<std::string> resumed_with_other;  // flags given with other values than the checkpoint's
   nn::GPTConfig cfg;
   DType dtype = DType::F32;
   dist::OffloadOptions offload;  // --offload-optimizer, --offload-params, --offload-dir
@@ -38,8 +40,8 @@ struct Setup {
   std::optional<data::BpeTokenizer> tok;  // --tokenizer
 };
 
-// Collective (the ranks agree on the outcome). May change `a`: a resumed run's seed, the weights
-// file of an --init-from directory.
+// Collective (the ranks agree on the outcome). May change `a`: a resumed run's seed and the run
+// settings its command line did not give, the weights file of an --init-from directory.
 Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device dev);
 
 // Every rank must read the same data: the same files' bytes, wherever its copies live. Collective.

@@ -8,6 +8,7 @@
 #include "dist/checkpoint/sharded_checkpoint.h"
 #include "io/gpt2_format.h"
 #include "io/hf_dir.h"
+#include "examples/train_gpt/run_settings.h"
 #include "io/program_main.h"
 
 namespace zdl::train_gpt {
@@ -16,13 +17,13 @@ using io::UsageError;
 
 namespace {
 
-// The checkpoint's train state and model; its seed becomes the run's.
-nn::GPTConfig config_of_checkpoint(Args& a, const CLI::App& app, std::optional<io::TrainState>& resumed) {
-  if (!std::filesystem::exists(a.resume)) throw UsageError("--resume: no checkpoint at '" + a.resume + "'");
+// The checkpoint's model (its train state read by read_checkpoint_state); its seed becomes the
+// run's.
+nn::GPTConfig config_of_checkpoint(Args& a, const CLI::App& app, const std::optional<io::TrainState>& resumed) {
+  ZDL_CHECK(resumed.has_value(), "config_of_checkpoint: the checkpoint's train state was not read");
   nn::GPTConfig cfg;
   uint64_t saved_seed = 0;
   try {
-    resumed = dist::read_sharded_train_state(a.resume);
     cfg = io::gpt_config_from_json(resumed->metadata.at("config"), "the checkpoint's model config");
     // The run's seed fixes init, data order and dropout: a resumed run keeps its own.
     saved_seed = std::stoull(resumed->metadata.at("seed"));
@@ -107,6 +108,18 @@ nn::GPTConfig config_of_flags(const Args& a, const CLI::App& app, data::TokenFor
 }
 
 }  // namespace
+
+std::vector<std::string> read_checkpoint_state(Args& a, const CLI::App& app, std::optional<io::TrainState>& resumed) {
+  if (a.resume.empty()) throw UsageError("--resume is empty: give a checkpoint directory");
+  if (!std::filesystem::exists(a.resume)) throw UsageError("--resume: no checkpoint at '" + a.resume + "'");
+  try {
+    resumed = dist::read_sharded_train_state(a.resume);
+  } catch (const std::exception& e) {
+    throw UsageError(std::string("--resume: ") + e.what());
+  }
+  const auto it = resumed->metadata.find("run");
+  return it == resumed->metadata.end() ? std::vector<std::string>{} : adopt_run_settings(a, app, it->second);
+}
 
 nn::GPTConfig model_config(Args& a, const CLI::App& app, std::optional<io::TrainState>& resumed,
                            data::TokenFormat format, int64_t tokenizer_vocab) {

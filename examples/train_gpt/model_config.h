@@ -6,6 +6,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "data/token_files.h"
 #include "examples/train_gpt/args.h"
@@ -14,8 +16,14 @@
 
 namespace zdl::train_gpt {
 
-// Reads --resume's train state into `resumed` (and takes its seed into a.seed), or points
-// a.init_from at the weights of a Hugging Face-style directory. Throws io::UsageError.
+// --resume, before the data is opened: reads the checkpoint's train state into `resumed` and
+// takes the run settings it saved for every flag not given (examples/train_gpt/run_settings.h);
+// returns the flags given with other values, for the log. Throws io::UsageError.
+std::vector<std::string> read_checkpoint_state(Args& a, const CLI::App& app, std::optional<io::TrainState>& resumed);
+
+// The model: the checkpoint's (after read_checkpoint_state; takes its seed into a.seed), a GPT-2
+// file's (pointing a.init_from at the weights of a Hugging Face-style directory) or the flags'.
+// Throws io::UsageError.
 nn::GPTConfig model_config(Args& a, const CLI::App& app, std::optional<io::TrainState>& resumed,
                            data::TokenFormat format, int64_t tokenizer_vocab);
 

@@ -9,6 +9,7 @@
 
 #include "data/data_record.h"
 #include "dist/checkpoint/sharded_checkpoint.h"
+#include "examples/train_gpt/run_settings.h"
 #include "io/hf_dir.h"
 #include "io/program_main.h"
 #include "nn/activation_checkpoint.h"
@@ -49,7 +50,8 @@ void load_init_from(dist::Communicator& comm, dist::ZeroPartitioner& zero, nn::G
 }
 
 std::pair<double, int64_t> evaluate(Session& x, data::Split split, int64_t n) {
-  n = std::min(n, x.ds().num_eval_batches(split));
+  const int64_t all = x.ds().num_eval_batches(split);
+  n = n > 0 ? std::min(n, all) : all;  // --eval-batches 0: the whole split
   if (n <= 0) throw Error(detail::str("evaluation: the ", data::split_name(split), " split holds fewer than one batch of tokens"));
   auto rows = [&](int64_t i) {
     data::Batch b = x.ds().eval_batch(split, i);
@@ -80,6 +82,9 @@ int64_t resume(Session& x) {
   const int64_t first_step = x.s.resumed->step;
   x.ds().set_position(first_step);
   io::agree_on_usage(x.comm, [&] {
+    if (!a.eval_only && a.steps < first_step)
+      throw UsageError(detail::str("--steps ", a.steps, " is before the checkpoint's step ", first_step,
+                                   ": give --steps ", first_step, " or more (the run's last step)"));
     if (!a.eval_only && a.stop_after > 0 && a.stop_after <= first_step)
       throw UsageError(detail::str("--stop-after ", a.stop_after, " is not after the checkpoint's step ", first_step,
                                    ": nothing would be trained"));
@@ -95,6 +100,7 @@ void save(Session& x, int64_t step) {
   st.metadata[data::kDataFingerprintKey] = x.data_fp.to_string();
   st.metadata[data::kDataRecordKey] = data::data_record(x.ds().files(), x.file_fps);
   st.metadata["seed"] = std::to_string(x.a.seed);
+  st.metadata["run"] = run_settings_json(x.a);
   dist::save_sharded(x.a.save, x.zero, x.opt, st);
 }
 

@@ -3,6 +3,7 @@
 // in tests/dist/mpi/zero_mpi_test.cpp.
 #include <algorithm>
 
+#include "user_model.h"
 #include "zero_cases.h"
 #include "error_of.h"
 
@@ -280,6 +281,26 @@ TEST(ZeroLocal, CommonMistakesGetErrorsThatNameTheFix) {
     });
     GatheredParameters g(zero);
     EXPECT_EQ(model->h[0]->mlp->c_fc->weight.to_vector()[0], 0.5) << "the write with modify = true was kept";
+  }
+  {  // a module outside every unit using a unit's parameter (it would read it released): refused
+    struct TiedAcrossUnits : nn::Module {
+      TiedAcrossUnits() : nn::Module("TiedAcrossUnits") {
+        auto block = register_module("block", std::make_shared<MlpBlock>(4));
+        auto head = register_module("head", std::make_shared<nn::Module>("Head"));
+        head->register_parameter("weight", block->fc1->weight);
+      }
+      Tensor forward(const Tensor& x) override { return x; }
+    };
+    ZeroPartitioner zero(shared, {.stage = ZeroStage::Three, .is_unit = [](const nn::Module& m) {
+                                    return m.type_name() == "MlpBlock";
+                                  }});
+    std::shared_ptr<TiedAcrossUnits> model;
+    {
+      auto scope = zero.placement_scope(1);
+      model = std::make_shared<TiedAcrossUnits>();
+    }
+    const std::string e = error_of([&] { zero.wrap(*model); });
+    EXPECT_NE(e.find("parameter 'block.fc1.weight' of unit block is also used by module 'head'"), std::string::npos) << e;
   }
   {  // no module matched is_unit: a warning with the fix
     ::testing::internal::CaptureStderr();

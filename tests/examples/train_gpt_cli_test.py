@@ -146,6 +146,38 @@ class TrainGptCli(unittest.TestCase):
         for s in range(5, 9):
             self.assertEqual(straight[s], resumed[s], f"step {s}: {straight[s]} != {resumed[s]}")
 
+    def test_resume_takes_the_checkpoints_run_settings(self):
+        # A checkpoint records the run's data, steps, batch, sequence, schedule and optimizer
+        # settings: --resume alone continues the same trajectory. A flag given with another value
+        # is taken and named; --steps before the checkpoint, or an empty --resume, exit 2.
+        flags = ["--data", self.data, *SMALL, "--steps", "8", "--dropout", "0.1", "--grad-accum", "2"]
+        run(*flags, "--metrics", self.p("straight.jsonl"))
+        run(*flags, "--save", self.p("ck4"), "--stop-after", "4")
+        run("--resume", self.p("ck4"), "--eval-every", "0", "--metrics", self.p("resumed.jsonl"))
+        straight, resumed = losses(self.p("straight.jsonl")), losses(self.p("resumed.jsonl"))
+        self.assertEqual(sorted(resumed), [5, 6, 7, 8])
+        for s in range(5, 9):
+            self.assertEqual(straight[s], resumed[s], f"step {s}: {straight[s]} != {resumed[s]}")
+        p = run("--resume", self.p("ck4"), "--eval-every", "0", "--batch", "8", "--steps", "5")
+        self.assertIn("resumed with --batch 8 (the checkpoint's: 4)", p.stdout)
+        self.assertIn("batch 8 x 16 x accum 2", p.stdout)
+        for bad, says in ((["--resume", self.p("ck4"), "--steps", "3"], "--steps 3 is before the checkpoint's step 4"),
+                          (["--resume", ""], "--resume is empty")):
+            p = run(*bad, check=False)
+            self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+            self.assertIn(says, p.stderr)
+
+    def test_eval_batches_0_validates_on_the_whole_split(self):
+        # "0: all": every validation reads the whole held-out split (the same loss as a count
+        # beyond it), and the run goes on to save.
+        for n, name in (("0", "all"), ("1000000", "beyond")):
+            run("--data", self.data, *SMALL, "--steps", "4", "--eval-every", "2", "--eval-batches", n,
+                "--save", self.p("ck_" + name), "--metrics", self.p(name + ".jsonl"))
+            self.assertTrue(os.path.exists(os.path.join(self.p("ck_" + name), "layout.json")))
+        val = {name: [json.loads(l).get("val_loss") for l in open(self.p(name + ".jsonl"))] for name in ("all", "beyond")}
+        self.assertEqual(len([v for v in val["all"] if v is not None]), 2)
+        self.assertEqual(val["all"], val["beyond"])
+
     def test_metrics_file_has_config_step_and_eval_lines(self):
         run("--data", self.data, *SMALL, "--steps", "4", "--eval-every", "2", "--metrics", self.p("m.jsonl"))
         rows = [json.loads(l) for l in open(self.p("m.jsonl"))]

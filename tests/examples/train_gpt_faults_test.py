@@ -515,6 +515,8 @@ class TrainGptFaults(unittest.TestCase):
             (["--n-embd", "30", "--n-head", "4"], "n_embd 30 must be a positive multiple of n_head 4"),
             (["--n-layer", "100000", "--n-embd", "4096", "--n-head", "32"], ["GiB", "more than this machine's"]),
             (["--batch", "4611686018427387904"], ["--batch 4611686018427387904", "more than this machine's"]),
+            # A step larger than the data: once a silent run that grew its memory until killed.
+            (["--grad-accum", "1000000000"], ["--grad-accum 1000000000", "more than the", "training split"]),
         ]
         for args, needles in cases:
             full = [*SMALL, "--steps", "2", *args] + ([] if "--data" in args else ["--data", self.data])
@@ -955,6 +957,18 @@ class TrainGptFaults(unittest.TestCase):
         # (seen with ranks that are two-line scripts); the metrics line is what scripts can trust.
         rc, recs, ck = self.interrupted_run("mpint", 2, lambda p: p.send_signal(signal.SIGINT))
         self.assert_stopped_saved_and_resumable(recs, ck, "SIGINT", ranks=2)
+
+    def test_a_signal_while_sampling_ends_the_run_at_once(self):
+        # Training is over and saved; the sample saves nothing, so the first signal ends it (it
+        # used to be taken as a request to stop "after this step", and the sample went on).
+        ck, m = self.p("ck_sample"), self.p("sample.jsonl")
+        proc = self.start("--data", self.data, *SMALL, "--steps", "2", "--save", ck, "--sample", "100000000",
+                          "--metrics", m, name="sample")
+        wait_until(lambda: len(losses(m)) >= 2 and os.path.exists(os.path.join(ck, "layout.json")), 60, "the save")
+        proc.send_signal(signal.SIGTERM)
+        # Killed by the signal; 143 if it landed in the instant between the save and the sample.
+        self.assertIn(proc.wait(timeout=30), (-signal.SIGTERM, 143))
+        self.assertEqual(self.checkpoint_step(ck), 2)
 
     def test_a_second_signal_stops_at_once(self):
         ck, m = self.p("ck_twice"), self.p("twice.jsonl")

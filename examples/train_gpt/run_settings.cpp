@@ -1,0 +1,75 @@
+#include "examples/train_gpt/run_settings.h"
+
+#include <nlohmann/json.hpp>
+#include <variant>
+
+#include "core/check.h"
+#include "io/program_main.h"
+
+namespace zdl::train_gpt {
+
+namespace {
+
+using json = nlohmann::json;
+using Field = std::variant<int64_t Args::*, double Args::*, std::string Args::*>;
+
+// Flag, its member. (The seed and the model's shape are checked against the checkpoint elsewhere.)
+const std::vector<std::pair<const char*, Field>>& fields() {
+  static const std::vector<std::pair<const char*, Field>> all = {
+      {"--data", &Args::data},
+      {"--tokenizer", &Args::tokenizer},
+      {"--steps", &Args::steps},
+      {"--batch", &Args::batch},
+      {"--seq", &Args::seq},
+      {"--grad-accum", &Args::grad_accum},
+      {"--lr", &Args::lr},
+      {"--min-lr-ratio", &Args::min_lr_ratio},
+      {"--warmup", &Args::warmup},
+      {"--weight-decay", &Args::weight_decay},
+      {"--grad-clip", &Args::grad_clip},
+      {"--val-fraction", &Args::val_fraction},
+      {"--reduction", &Args::reduction},
+  };
+  return all;
+}
+
+// The JSON key of a flag: its name without the dashes.
+std::string key(const char* flag) { return std::string(flag + 2); }
+
+}  // namespace
+
+std::string run_settings_json(const Args& a) {
+  json j = json::object();
+  for (const auto& [flag, field] : fields())
+    std::visit([&, flag = flag](auto member) { j[key(flag)] = a.*member; }, field);
+  return j.dump();
+}
+
+std::vector<std::string> adopt_run_settings(Args& a, const CLI::App& app, const std::string& saved) {
+  json j;
+  try {
+    j = json::parse(saved);
+  } catch (const json::exception& e) {
+    throw io::UsageError(std::string("--resume: the checkpoint's run settings do not parse: ") + e.what());
+  }
+  std::vector<std::string> changed;
+  for (const auto& [flag, field] : fields()) {
+    if (!j.contains(key(flag))) continue;
+    std::visit(
+        [&, flag = flag](auto member) {
+          using T = std::remove_reference_t<decltype(a.*member)>;
+          T value;
+          try {
+            value = j.at(key(flag)).template get<T>();
+          } catch (const json::exception& e) {
+            throw io::UsageError(detail::str("--resume: the checkpoint's ", flag, " does not parse: ", e.what()));
+          }
+          if (!given(app, flag)) a.*member = value;
+          else if (a.*member != value) changed.push_back(detail::str(flag, " ", a.*member, " (the checkpoint's: ", value, ")"));
+        },
+        field);
+  }
+  return changed;
+}
+
+}  // namespace zdl::train_gpt
