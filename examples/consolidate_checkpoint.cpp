@@ -18,14 +18,15 @@
 #include "io/hf_dir.h"
 
 int main(int argc, char** argv) {
-  if (argc != 3 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
-    std::fprintf(stderr,
+  const bool help = argc == 2 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help");
+  if (argc != 3 || help) {
+    std::fprintf(help ? stdout : stderr,
                  "usage: %s CKPT_DIR OUT\n"
                  "  CKPT_DIR  a sharded checkpoint directory (layout.json + rank-<r>-of-<N>.safetensors)\n"
                  "  OUT       NAME.safetensors: one GPT-2 file (replaced atomically); any other name: a directory\n"
                  "            with model.safetensors and config.json for Hugging Face transformers\n",
                  argc > 0 ? argv[0] : "consolidate_checkpoint");
-    return 2;
+    return help ? 0 : 2;
   }
   const std::string ckpt = argv[1], out = argv[2];
   try {
@@ -44,7 +45,7 @@ int main(int argc, char** argv) {
     std::printf("wrote %s (model.safetensors, config.json; step %lld)\n", out.c_str(), static_cast<long long>(st.step));
     return 0;
   } catch (const zdl::Error& e) {
-    std::fprintf(stderr, "consolidate_checkpoint: %s\n", e.what());
+    std::fprintf(stderr, "consolidate_checkpoint: %s\n", zdl::without_code_location(e.what()).c_str());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "consolidate_checkpoint: unexpected error: %s\n", e.what());

@@ -40,6 +40,7 @@
 #include "data/llmc_shard.h"
 #include "data/mapped_file.h"
 #include "data/shard_manifest.h"
+#include "io/checkpoint_dir.h"
 #include "io/file.h"
 
 using namespace zdl;
@@ -247,13 +248,24 @@ int run(const Args& a) {
                                  " tokens; llm.c's shards store ids as uint16, so at most 65536"));
   if (!tok->eot_id())
     throw UsageError("--tokenizer: its vocabulary has no <|endoftext|>, which begins every document of a shard");
-  check_no_earlier_shards(a.output);
   std::optional<data::MappedFile> input;
   try {
     input.emplace(a.input);
   } catch (const Error& e) {
     throw UsageError(std::string("--input: ") + e.what());
   }
+  // The shards' directory is made if missing (as --save makes a checkpoint's parent); one that
+  // cannot be made or written fails here, before any encoding.
+  const fs::path out_dir = fs::path(a.output).parent_path();
+  std::error_code made;
+  if (!out_dir.empty()) fs::create_directories(out_dir, made);
+  if (made) throw UsageError("--output: cannot create the directory '" + out_dir.string() + "': " + made.message());
+  try {
+    io::check_can_write_in(out_dir.empty() ? "." : out_dir.string(), a.output);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--output: ") + without_code_location(e.what()));
+  }
+  check_no_earlier_shards(a.output);
 
   const std::string_view text(reinterpret_cast<const char*>(input->data()), static_cast<size_t>(input->size()));
   warn_if_shards_are_tiny(a, text);
@@ -338,7 +350,7 @@ int main(int argc, char** argv) {
   try {
     return run(a);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "prepare_tokens: %s\n", e.what());
+    std::fprintf(stderr, "prepare_tokens: %s\n", without_code_location(e.what()).c_str());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "prepare_tokens: error: %s\n", e.what());

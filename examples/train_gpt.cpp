@@ -58,7 +58,7 @@ void add_data_and_model_flags(CLI::App& app, Args& a) {
   app.add_option("--n-embd", a.n_embd, "channels C")->check(CLI::PositiveNumber);
   app.add_option("--vocab-multiple", a.vocab_multiple,
                  "pad a new model's vocabulary to a multiple of this (default 1; 128 with llm.c shards, as GPT-2)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
 }
 
 // The optimizer, the schedule and validation.
@@ -257,6 +257,7 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
     const auto [loss, batches] = evaluate(x, data::Split::Train, a.eval_batches);
     if (x.lead()) std::printf("loss %.6f\n", loss);
     s.metrics->write({{"type", "eval"}, {"loss", loss}, {"batches", batches}});
+    if (a.sample > 0) print_sample(x, app);  // a checkpoint's text, without training it
     return 0;
   }
   announce(x, gpu, first_step);

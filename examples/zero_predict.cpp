@@ -411,6 +411,9 @@ int main(int argc, char** argv) {
     if (app.count("--grad-accum") > 0 && a.offload_optimizer == "none" && a.offload_params == "none")
       throw CLI::ValidationError("--grad-accum", "counts the offloaded shards' reads: give --offload-optimizer or "
                                                  "--offload-params nvme");
+    if (a.checkpoint_every > a.n_layer)  // as train_gpt refuses it
+      throw CLI::ValidationError("--activation-checkpointing", detail::str(a.checkpoint_every, " exceeds n_layer ",
+                                                                           a.n_layer, ": only block 0 would checkpoint"));
     // Every byte count below is an int64: refuse a model whose counts would not fit one.
     if (!countable(a, a.n_layer))
       throw CLI::ValidationError("the model", "its byte counts exceed 2^62: give a smaller one");

@@ -51,6 +51,7 @@
 #include "examples/zero_walkthrough/report.h"
 #include "examples/zero_walkthrough/stage_run.h"
 #include "examples/zero_walkthrough/tables.h"
+#include "io/checkpoint_dir.h"
 #include "io/program_main.h"
 
 using namespace zdl;
@@ -76,6 +77,8 @@ DType check_args(const Args& a, int N) {
   if (dtype != DType::F32 && dtype != DType::BF16) throw io::UsageError("--dtype must be f32 or bf16, got " + a.dtype);
   if (a.batch % N != 0)
     throw io::UsageError(detail::str("--batch ", a.batch, " must be divisible by the number of ranks ", N));
+  if (!a.offload_dir.empty() && a.cap_mib <= 0)
+    throw io::UsageError("--offload-dir is used by the largest-model search, which --cap-mib 0 skips");
   try {
     gpt_config(a, a.n_layer).validate();
   } catch (const Error& e) {
@@ -121,8 +124,17 @@ int run(const Args& a, dist::Communicator& comm) {
   rep.dtype = check_args(a, rep.N);
   rep.eb = dist::ElementBytes::of(rep.dtype);
   rep.out = a.out;
-  const double loss_tol = a.loss_tol >= 0 ? a.loss_tol : 0.0;
-  if (rep.lead) std::filesystem::create_directories(a.out);
+  const double loss_tol = a.loss_tol;
+  io::agree_on_usage(comm, [&] {  // the CSVs' directory (rank 0 writes them), before any run
+    if (!rep.lead) return;
+    std::error_code ec;
+    std::filesystem::create_directories(a.out, ec);
+    if (ec || !std::filesystem::is_directory(a.out))
+      throw io::UsageError("--out: cannot make the directory '" + a.out + "'" +
+                           (ec ? ": " + ec.message() : std::string(": a file is in the way")));
+    if (const std::string why = io::unwritable_reason(a.out); !why.empty())
+      throw io::UsageError("--out: the directory '" + a.out + "' is not writable (" + why + ")");
+  });
   Walkthrough w(a, comm, rep.dtype, data::default_corpus_file());
   rep.say(detail::str("zerodl ZeRO walkthrough: GPT L=", a.n_layer, " C=", a.n_embd, " NH=", a.n_head, " T=", a.seq,
                       ", global batch ", a.batch, " (", a.batch / rep.N, " rows per rank), ", a.steps, " steps, ",
@@ -172,7 +184,8 @@ int main(int argc, char** argv) {
                  "with --cap-mib: also search ZeRO-3 with NVMe offload, its files in this directory (docs/offload.md)");
   app.add_option("--fit-max-layers", a.fit_max_layers, "upper limit of that experiment's n_layer search")
       ->check(CLI::PositiveNumber);
-  app.add_option("--loss-tol", a.loss_tol, "relative loss difference allowed between stages (default 0: identical)");
+  app.add_option("--loss-tol", a.loss_tol, "relative loss difference allowed between stages (default 0: identical)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--out", a.out, "directory for the CSVs (default walkthrough_out)");
   return io::run_program(
       "zero_walkthrough", app, argc, argv, [&](dist::Communicator& comm) { return run(a, comm); }, {},

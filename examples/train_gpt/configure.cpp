@@ -23,7 +23,13 @@ namespace {
 
 // Every rank makes the default corpus itself (atomic write): no shared file system needed.
 data::TokenFiles open_data(const Args& a, Setup& s) {
-  s.data_path = a.data.empty() ? data::default_corpus_file() : a.data;
+  try {
+    s.data_path = a.data.empty() ? data::default_corpus_file() : a.data;
+  } catch (const std::exception& e) {  // $TMPDIR missing or read-only, a directory in the file's place
+    throw UsageError(detail::str("no --data, and the built-in corpus could not be written to $TMPDIR (",
+                                 without_code_location(e.what()), "): give --data FILE, or set TMPDIR to a writable "
+                                 "directory"));
+  }
   if (!data::is_glob_pattern(s.data_path) && !std::filesystem::exists(s.data_path))
     throw UsageError("--data: no file '" + s.data_path + "'");
   std::optional<data::TokenFiles> files;
@@ -224,6 +230,14 @@ void open_outputs(Args& a, const CLI::App& app, Setup& s, const dist::Communicat
   for (const char* flag : {"--save", "--export-hf", "--metrics"})
     if (given(app, flag) && app.get_option(flag)->as<std::string>().empty())
       throw UsageError(std::string(flag) + " is empty: give a path");
+  // Flags that would do nothing in this run are refused rather than silently ignored.
+  if (!a.save.empty() && a.eval_only)
+    throw UsageError("--save writes the training's checkpoints, and --eval-only trains nothing: drop one of them");
+  if (a.metrics_all_ranks && a.metrics.empty())
+    throw UsageError("--metrics-all-ranks names each rank's copy of the --metrics file: give --metrics FILE too");
+  if (a.stop_after > a.steps)
+    throw UsageError(detail::str("--stop-after ", a.stop_after, " is beyond --steps ", a.steps,
+                                 ": the run ends at step ", a.steps, " anyway"));
   if (given(app, "--eval-every") && a.eval_every > 0 && a.val_fraction == 0 && !a.eval_only)
     throw UsageError(detail::str("--eval-every ", a.eval_every, " validates on the held-out split, and --val-fraction 0 ",
                                  "holds none out: give --val-fraction above 0, or --eval-every 0"));

@@ -26,7 +26,7 @@ struct Args {
   double cap_mib = 40;
   int64_t fit_max_layers = 192;
   std::string offload_dir;  // the cap search's NVMe offload rows ("": skipped)
-  double loss_tol = -1;  // default by dtype
+  double loss_tol = 0;  // relative loss difference allowed between stages (0: identical)
   std::string out = "walkthrough_out";
 };
 

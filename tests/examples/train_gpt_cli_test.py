@@ -337,6 +337,11 @@ class TrainGptCli(unittest.TestCase):
             (["--export-hf", "/"], "names no directory an export can replace"),
             (["--export-hf", self.dir], "is a non-empty directory that is neither a model export"),
             (["--eval-every", "1", "--val-fraction", "0"], "--val-fraction 0 holds none out"),
+            (["--vocab-multiple", "9223372036854775807"], "--vocab-multiple"),  # was exit 1 from deep inside
+            # Flags that would do nothing in this run: refused, not silently ignored.
+            (["--eval-only", "--save", self.p("ck")], "--eval-only trains nothing"),
+            (["--metrics-all-ranks"], "give --metrics FILE too"),
+            (["--stop-after", "5"], "--stop-after 5 is beyond --steps 2"),
         ]
         for args, needle in cases:
             full = ["--data", self.data, "--steps", "2", *args] if "--data" not in args else ["--steps", "2", *args]
@@ -344,6 +349,20 @@ class TrainGptCli(unittest.TestCase):
             self.assertEqual(p.returncode, 2, f"{args}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
             self.assertIn(needle, p.stderr, f"{args}: {p.stderr}")
             self.assertLessEqual(len(p.stderr.strip().splitlines()), 2, p.stderr)
+        # No --data: the built-in corpus is written to $TMPDIR; a missing one is the user's to fix.
+        p = subprocess.run([TRAIN_GPT, "--steps", "2"], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, TMPDIR=self.p("no-such-dir")))
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("give --data FILE, or set TMPDIR to a writable directory", p.stderr)
+
+    def test_eval_only_samples_when_asked(self):
+        # A checkpoint's loss and its text, without training it.
+        # (An untrained model's bytes need not be UTF-8.)
+        p = subprocess.run([TRAIN_GPT, "--data", self.data, *SMALL, "--steps", "2", "--eval-only", "--sample", "30"],
+                           capture_output=True, text=True, errors="replace", timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertRegex(p.stdout, r"loss \d")
+        self.assertIn("---- sample (30 bytes", p.stdout)
 
     def test_no_validation_needs_no_validation_split(self):
         # 400 bytes: a 10% split of 40 tokens holds no batch of 4 x 16 + 1; unused, it is no error.
@@ -658,13 +677,18 @@ class TrainGptCli(unittest.TestCase):
              ["65537 tokens", "at most 65536"]),
             (["--input", path, "--tokenizer", self.p("nope"), "--output", self.p("x")], ["--tokenizer", "nope"]),
             (["--input", self.p("nope.txt"), "--tokenizer", self.p("tok"), "--output", self.p("x")], ["nope.txt"]),
-            (["--input", path, "--tokenizer", self.p("tok"), "--output", self.p("no/such/dir/x")], ["no/such/dir"]),
+            (["--input", path, "--tokenizer", self.p("tok"), "--output", os.path.join(self.data, "x")],
+             ["cannot create the directory", "data.txt"]),
         ]
         for args, needles in cases:
             p = self.prepare(*args, check=False)
             self.assertEqual(p.returncode, 2, f"{args}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
             for needle in needles:
                 self.assertIn(needle, p.stderr, f"{args}: {p.stderr}")
+            self.assertNotIn("failed at", p.stderr, "an input error without the code's location")
+        # A missing directory is made, as the README's --output shards/tiny needs.
+        self.prepare("--input", path, "--tokenizer", self.p("tok"), "--output", self.p("new/dir/para"), "--val-tokens", "500")
+        self.assertTrue(glob.glob(self.p("new/dir/para_train_*.bin")))
         small = [*SMALL, "--steps", "2"]
         cases = [
             (["--data", train, "--sample", "5"], ["--sample", "token ids", "--tokenizer"]),

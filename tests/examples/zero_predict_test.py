@@ -207,7 +207,8 @@ def main():
                              (["--n-embd", "100", "--n-head", "3"], "multiple of n_head"),
                              (["--ranks", "0"], "--ranks"), (["--dtype", "fp8"], "--dtype"),
                              (["--n-layer", "1048576", "--n-embd", "1048576", "--n-head", "1"], "exceed 2^62"),
-                             (["--out", os.path.join(out, "missing")], "--out")):
+                             (["--out", os.path.join(out, "missing")], "--out"),
+                             (["--activation-checkpointing", "13"], "13 exceeds n_layer 12")):
             res = subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
             expect(res.returncode == 2 and needle in res.stderr + res.stdout,
                    f"{args}: exit {res.returncode}, {res.stderr.strip()[:200]}")

@@ -213,6 +213,16 @@ def main():
                                  stderr=subprocess.STDOUT, text=True, timeout=60)
             expect(res.returncode == 2 and "measures CPU runs only" in res.stdout,
                    f"--device cuda: exit {res.returncode}, output {res.stdout!r}")
+            # Refused before any run (an --out file was found only when the CSVs were written).
+            a_file = os.path.join(out, "a_file")
+            open(a_file, "w").close()
+            for args, needle in ((["--out", a_file], "--out: cannot make the directory"),
+                                 (["--loss-tol", "-1"], "--loss-tol"),
+                                 (["--cap-mib", "0", "--offload-dir", out], "which --cap-mib 0 skips")):
+                res = subprocess.run([a.exe, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     timeout=60)
+                expect(res.returncode == 2 and needle in res.stdout and "ran DDP" not in res.stdout,
+                       f"{args}: exit {res.returncode}, output {res.stdout[-300:]!r}")
     for f in failures:
         print("FAILED:", f)
     print(f"zero_walkthrough_test: {len(failures)} failure(s)")
