@@ -22,7 +22,9 @@ using io::UsageError;
 namespace {
 
 // Every rank makes the default corpus itself (atomic write): no shared file system needed.
-data::TokenFiles open_data(const Args& a, Setup& s) {
+// `from_checkpoint`: --data is the checkpoint's, not the command line's (a resumed run).
+data::TokenFiles open_data(const Args& a, Setup& s, bool from_checkpoint) {
+  const std::string whose = from_checkpoint ? " (the checkpoint's --data; give --data where the files are now)" : "";
   try {
     s.data_path = a.data.empty() ? data::default_corpus_file() : a.data;
   } catch (const std::exception& e) {  // $TMPDIR missing or read-only, a directory in the file's place
@@ -31,12 +33,12 @@ data::TokenFiles open_data(const Args& a, Setup& s) {
                                  "directory"));
   }
   if (!data::is_glob_pattern(s.data_path) && !std::filesystem::exists(s.data_path))
-    throw UsageError("--data: no file '" + s.data_path + "'");
+    throw UsageError("--data: no file '" + s.data_path + "'" + whose);
   std::optional<data::TokenFiles> files;
   try {
     files.emplace(s.data_path);
   } catch (const Error& e) {
-    throw UsageError(std::string("--data: ") + e.what());
+    throw UsageError(std::string("--data: ") + e.what() + whose);
   }
   if (!a.tokenizer.empty()) {
     if (files->format() != data::TokenFormat::Llmc)
@@ -287,7 +289,7 @@ Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device d
   Setup s;
   io::agree_on_usage(comm, [&] {
     if (given(app, "--resume")) s.resumed_with_other = read_checkpoint_state(a, app, s.resumed);
-    data::TokenFiles files = open_data(a, s);
+    data::TokenFiles files = open_data(a, s, s.resumed && !given(app, "--data") && !a.data.empty());
     check_model(a, app, s, files, comm.size(), comm.local_size(), dev);
     check_layout(a, comm);
     open_dataset(a, s, std::move(files), comm);

@@ -1,6 +1,8 @@
 #include "examples/train_gpt/run_settings.h"
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 #include <variant>
 
 #include "core/check.h"
@@ -36,12 +38,26 @@ const std::vector<std::pair<const char*, Field>>& fields() {
 // The JSON key of a flag: its name without the dashes.
 std::string key(const char* flag) { return std::string(flag + 2); }
 
+// Paths are saved absolute, so a run resumed from another directory finds them; how a path is
+// spelled is no change of trajectory (the data's bytes are checked against the checkpoint's).
+bool is_path(const char* flag) { return std::string(flag) == "--data" || std::string(flag) == "--tokenizer"; }
+std::string absolute(const std::string& path) {
+  return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+}
+
 }  // namespace
 
 std::string run_settings_json(const Args& a) {
   json j = json::object();
   for (const auto& [flag, field] : fields())
-    std::visit([&, flag = flag](auto member) { j[key(flag)] = a.*member; }, field);
+    std::visit(
+        [&, flag = flag](auto member) {
+          if constexpr (std::is_same_v<std::remove_cvref_t<decltype(a.*member)>, std::string>)
+            j[key(flag)] = is_path(flag) ? absolute(a.*member) : a.*member;
+          else
+            j[key(flag)] = a.*member;
+        },
+        field);
   return j.dump();
 }
 
@@ -65,7 +81,7 @@ std::vector<std::string> adopt_run_settings(Args& a, const CLI::App& app, const 
             throw io::UsageError(detail::str("--resume: the checkpoint's ", flag, " does not parse: ", e.what()));
           }
           if (!given(app, flag)) a.*member = value;
-          else if (a.*member != value) changed.push_back(detail::str(flag, " ", a.*member, " (the checkpoint's: ", value, ")"));
+          else if (a.*member != value && !is_path(flag)) changed.push_back(detail::str(flag, " ", a.*member, " (the checkpoint's: ", value, ")"));
         },
         field);
   }

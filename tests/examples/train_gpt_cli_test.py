@@ -29,9 +29,9 @@ from sample_text import write_sample_text
 from skip_unless_ci import skip_unless_ci
 
 
-def run(*args, check=True, ranks=0):
+def run(*args, check=True, ranks=0, cwd=None):
     cmd = command(TRAIN_GPT, args, ranks)
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=MPI_ENV if ranks else None)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=MPI_ENV if ranks else None, cwd=cwd)
     if check and p.returncode != 0:
         raise AssertionError(f"train_gpt {' '.join(args)} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
     return p
@@ -148,12 +148,14 @@ class TrainGptCli(unittest.TestCase):
 
     def test_resume_takes_the_checkpoints_run_settings(self):
         # A checkpoint records the run's data, steps, batch, sequence, schedule and optimizer
-        # settings: --resume alone continues the same trajectory. A flag given with another value
-        # is taken and named; --steps before the checkpoint, or an empty --resume, exit 2.
-        flags = ["--data", self.data, *SMALL, "--steps", "8", "--dropout", "0.1", "--grad-accum", "2"]
-        run(*flags, "--metrics", self.p("straight.jsonl"))
-        run(*flags, "--save", self.p("ck4"), "--stop-after", "4")
-        run("--resume", self.p("ck4"), "--eval-every", "0", "--metrics", self.p("resumed.jsonl"))
+        # settings: --resume alone continues the same trajectory, from any directory (a relative
+        # --data is saved absolute). A flag given with another value is taken and named; --steps
+        # before the checkpoint, or an empty --resume, exit 2.
+        flags = ["--data", os.path.basename(self.data), *SMALL, "--steps", "8", "--dropout", "0.1", "--grad-accum", "2"]
+        run(*flags, "--metrics", self.p("straight.jsonl"), cwd=self.dir)
+        run(*flags, "--save", self.p("ck4"), "--stop-after", "4", cwd=self.dir)
+        os.mkdir(self.p("elsewhere"))
+        run("--resume", self.p("ck4"), "--eval-every", "0", "--metrics", self.p("resumed.jsonl"), cwd=self.p("elsewhere"))
         straight, resumed = losses(self.p("straight.jsonl")), losses(self.p("resumed.jsonl"))
         self.assertEqual(sorted(resumed), [5, 6, 7, 8])
         for s in range(5, 9):
