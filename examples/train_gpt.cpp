@@ -282,7 +282,8 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
 int main(int argc, char** argv) {
   Args a;
   CLI::App app{"train_gpt: train a GPT-2-style model on a text file (byte-level) or llm.c token shards with zerodl"};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: last wins
+  // A repeated flag: the last wins. --help shows every default.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->always_capture_default();
   add_data_and_model_flags(app, a);
   add_optimizer_flags(app, a);
   add_checkpoint_flags(app, a);

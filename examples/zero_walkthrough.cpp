@@ -162,7 +162,7 @@ int run(const Args& a, dist::Communicator& comm) {
 int main(int argc, char** argv) {
   Args a;
   CLI::App app{"zero_walkthrough: DDP, ZeRO-1, ZeRO-2 and ZeRO-3 on the same GPT, measured next to the paper"};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->always_capture_default();
   app.add_option("--device", a.device, "cpu (the walkthrough measures CPU runs; train_gpt has --device cuda)");
   app.add_option("--n-layer", a.n_layer, "transformer blocks L")->check(CLI::PositiveNumber);
   app.add_option("--n-head", a.n_head, "attention heads")->check(CLI::PositiveNumber);

@@ -357,6 +357,11 @@ class TrainGptCli(unittest.TestCase):
         self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
         self.assertIn("give --data FILE, or set TMPDIR to a writable directory", p.stderr)
 
+    def test_help_shows_every_default(self):
+        p = run("--help")
+        for default in ("--steps INT:POSITIVE=300", "--batch INT:POSITIVE=16", "--lr FLOAT:NONNEGATIVE=0.003"):
+            self.assertIn(default, p.stdout)
+
     def test_eval_only_samples_when_asked(self):
         # A checkpoint's loss and its text, without training it.
         # (An untrained model's bytes need not be UTF-8.)
