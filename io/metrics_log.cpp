@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 
 #include "core/check.h"
 
@@ -15,15 +16,24 @@ MetricsLog::MetricsLog(std::string path, int rank, bool all_ranks) {
     if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) path += suffix;
     else path.insert(dot, suffix);
   }
-  file_ = std::fopen(path.c_str(), "a+");  // appends; reads only the last byte, below
+  // A run killed mid-line left its last line torn: it is ended first, so that this run's first
+  // line is a line of its own and parses. (A file this process may only write is not read.)
+  const bool torn = [&] {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in || in.tellg() <= 0) return false;
+    in.seekg(-1, std::ios::end);
+    char last = '\n';
+    return in.get(last) && last != '\n';
+  }();
+  file_ = std::fopen(path.c_str(), "a");
   if (!file_) throw Error(detail::str("cannot open metrics file '", path, "' for appending: ", std::strerror(errno)));
   path_ = std::move(path);
-  // A run killed mid-line left its last line torn: end it, so that this run's first line is a
-  // line of its own and parses.
-  if (std::fseek(file_, -1, SEEK_END) == 0 && std::fgetc(file_) != '\n') {
-    errno = 0;
-    if (std::fputc('\n', file_) == EOF || std::fflush(file_) != 0)
-      throw Error(detail::str("cannot write the metrics file '", path_, "': ", errno ? std::strerror(errno) : "write error"));
+  errno = 0;
+  if (torn && (std::fputc('\n', file_) == EOF || std::fflush(file_) != 0)) {
+    const std::string why = errno ? std::strerror(errno) : "write error";
+    std::fclose(file_);
+    file_ = nullptr;
+    throw Error(detail::str("cannot write the metrics file '", path_, "': ", why));
   }
 }
 

@@ -15,11 +15,13 @@ namespace {
 using json = nlohmann::json;
 using Field = std::variant<int64_t Args::*, double Args::*, std::string Args::*>;
 
-// Flag, its member. (The seed and the model's shape are checked against the checkpoint elsewhere.)
+// Flag, its member. The seed and the model's shape are checked against the checkpoint elsewhere;
+// the layout (ranks, stage, sharding, quantized collectives) may change on resume, and
+// --tokenizer only decodes samples.
 const std::vector<std::pair<const char*, Field>>& fields() {
   static const std::vector<std::pair<const char*, Field>> all = {
       {"--data", &Args::data},
-      {"--tokenizer", &Args::tokenizer},
+      {"--dtype", &Args::dtype},
       {"--steps", &Args::steps},
       {"--batch", &Args::batch},
       {"--seq", &Args::seq},
@@ -40,7 +42,7 @@ std::string key(const char* flag) { return std::string(flag + 2); }
 
 // Paths are saved absolute, so a run resumed from another directory finds them; how a path is
 // spelled is no change of trajectory (the data's bytes are checked against the checkpoint's).
-bool is_path(const char* flag) { return std::string(flag) == "--data" || std::string(flag) == "--tokenizer"; }
+bool is_path(const char* flag) { return std::string(flag) == "--data"; }
 std::string absolute(const std::string& path) {
   return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
 }

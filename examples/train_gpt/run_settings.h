@@ -1,5 +1,5 @@
-// The flags that fix a run's trajectory besides the model and the seed (data, steps, batch,
-// sequence, schedule, optimizer, accumulation, reduction), saved in a checkpoint so that
+// The flags that fix a run's trajectory besides the model and the seed (data, dtype, steps,
+// batch, sequence, schedule, optimizer, accumulation, reduction), saved in a checkpoint so that
 // --resume continues the run it saved without repeating them.
 #pragma once
 #include <string>

@@ -149,20 +149,18 @@ bool cpu_has_bf16_dot_products() {
 
 // Where bf16 products run: on oneDNN's bf16 GEMM when oneDNN is the back end and the CPU has bf16
 // dot products (elsewhere oneDNN would emulate them); else on zerodl's kernel, the instance in
-// use or the widest this CPU has (the same bits either way); else nowhere (bf16 products then
-// compute in f32 through autograd). Decided by the CPU and the back end only, as the f32 back end
-// is, so every rank of a job on one machine type rounds the same.
+// use, or the AVX2 one (the AVX-512 instance, the same bits, runs only where chosen, as for f32);
+// else nowhere (bf16 products then compute in f32 through autograd). Decided by the CPU and the
+// back end only, as the f32 back end is, so every rank of a job on one machine type rounds the
+// same.
 enum class Bf16Gemm { OneDnn, Own, None };
 Bf16Gemm bf16_gemm(GemmIsa& isa) {
   static const bool dots = cpu_has_bf16_dot_products();
   if (ZDL_WITH_ONEDNN_BF16 && dots && gemm_backend() == GemmBackend::OneDnn) return Bf16Gemm::OneDnn;
   if (own_kernel(isa)) return Bf16Gemm::Own;
-  for (GemmIsa widest : {GemmIsa::Avx512, GemmIsa::Avx2})
-    if (gemm_blocked_supported(widest)) {
-      isa = widest;
-      return Bf16Gemm::Own;
-    }
-  return Bf16Gemm::None;
+  if (!gemm_blocked_supported(GemmIsa::Avx2)) return Bf16Gemm::None;
+  isa = GemmIsa::Avx2;
+  return Bf16Gemm::Own;
 }
 
 // bf16 operands, f32 result (only called where gemm_bf16_available()).
@@ -185,24 +183,31 @@ void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16*
 #endif
 }
 
-// bf16 operands and result: the tile's sums in f32 (on top of c's values when accumulating),
-// in a scratch of this thread's, rounded to bf16 once on the way out, kBf16Cols columns at a
-// time: the scratch stays at most 256 x 1024 floats (1 MiB) whatever N (a 50k vocabulary's
-// head included), and the f32 values are rounded while still in cache, instead of a full-size
-// f32 result and a pass over it. The split depends on the shape only, as the tiles do.
-constexpr int64_t kBf16Cols = 1024;
+// bf16 operands and result: the sums in f32 (on top of c's values when accumulating), in a
+// scratch of this thread's, rounded to bf16 once on the way out, kBf16Rows x kBf16Cols at a
+// time: the scratch stays at most 1 MiB whatever the shape (a 50k vocabulary's head, or its
+// weight gradient of 50k rows on one thread, included), and the f32 values are rounded while
+// still in cache, instead of a full-size f32 result and a pass over it. The split depends on the
+// shape only, and none of the back ends rounds differently for it (oneDNN's tiles have at most
+// 256 rows already; zerodl's kernel's bits depend on K alone).
+constexpr int64_t kBf16Rows = 256, kBf16Cols = 1024;
 void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const BFloat16* a, int64_t lda, bool trans_b,
                   const BFloat16* b, int64_t ldb, BFloat16* c, int64_t ldc, bool accumulate) {
   thread_local std::vector<float> sums;
-  for (int64_t n0 = 0; n0 < N; n0 += kBf16Cols) {
-    const int64_t nn = std::min(kBf16Cols, N - n0);
-    sums.resize(static_cast<size_t>(M * nn));
-    BFloat16* cc = c + n0;
-    if (accumulate)
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = 0; n < nn; ++n) sums[m * nn + n] = static_cast<float>(cc[m * ldc + n]);
-    tile_product(M, nn, K, trans_a, a, lda, trans_b, trans_b ? b + n0 * ldb : b + n0, ldb, sums.data(), nn, accumulate);
-    for (int64_t m = 0; m < M; ++m) store_compute(nn, sums.data() + m * nn, cc + m * ldc);
+  for (int64_t m0 = 0; m0 < M; m0 += kBf16Rows) {
+    const int64_t mm = std::min(kBf16Rows, M - m0);
+    const BFloat16* am = trans_a ? a + m0 : a + m0 * lda;
+    for (int64_t n0 = 0; n0 < N; n0 += kBf16Cols) {
+      const int64_t nn = std::min(kBf16Cols, N - n0);
+      sums.resize(static_cast<size_t>(mm * nn));
+      BFloat16* cc = c + m0 * ldc + n0;
+      if (accumulate)
+        for (int64_t m = 0; m < mm; ++m)
+          for (int64_t n = 0; n < nn; ++n) sums[m * nn + n] = static_cast<float>(cc[m * ldc + n]);
+      tile_product(mm, nn, K, trans_a, am, lda, trans_b, trans_b ? b + n0 * ldb : b + n0, ldb, sums.data(), nn,
+                   accumulate);
+      for (int64_t m = 0; m < mm; ++m) store_compute(nn, sums.data() + m * nn, cc + m * ldc);
+    }
   }
 }
 

@@ -162,6 +162,9 @@ class TrainGptCli(unittest.TestCase):
             self.assertEqual(straight[s], resumed[s], f"step {s}: {straight[s]} != {resumed[s]}")
         p = run("--resume", self.p("ck4"), "--eval-every", "0", "--batch", "8", "--steps", "5")
         self.assertIn("resumed with --batch 8 (the checkpoint's: 4)", p.stdout)
+        # The dtype too: a bf16 run resumes in bf16.
+        run("--data", self.data, *SMALL, "--steps", "3", "--dtype", "bf16", "--save", self.p("ck_bf16"), "--stop-after", "2")
+        self.assertIn("| bf16 |", run("--resume", self.p("ck_bf16")).stdout)
         self.assertIn("batch 8 x 16 x accum 2", p.stdout)
         for bad, says in ((["--resume", self.p("ck4"), "--steps", "3"], "--steps 3 is before the checkpoint's step 4"),
                           (["--resume", ""], "--resume is empty")):
