@@ -186,10 +186,8 @@ class ShardPacker {
 // a glob, and the old manifest would not list the new shards.
 void check_no_earlier_shards(const std::string& prefix) {
   const fs::path p(prefix);
-  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");  // made by run() before
   std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    throw UsageError("--output: the directory '" + dir.string() + "' does not exist");
   const std::string name = p.filename().string();
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string f = entry.path().filename().string();

@@ -102,14 +102,14 @@ std::vector<StageRun> run_stages(const Args& a, Walkthrough& w, const Report& re
 }
 
 // Where the CSVs are, then every check's verdict; returns the exit code (0 all passed, 1 not).
-int print_summary(const Report& rep, const Args& a, double loss_tol) {
+int print_summary(const Report& rep, const Args& a) {
   rep.say("");
   rep.say(detail::str("CSVs: ", a.out, "/{memory,traffic,steps,trace", a.compare_checkpoint ? ",checkpoint" : "",
                       a.cap_mib > 0 ? ",fit" : "", "}", rep.suffix(),
                       "; pictures: python3 scripts/plot_walkthrough.py --out ", a.out));
   if (rep.failures.empty()) {
     rep.say(detail::str("all checks passed: memory and traffic equal the closed forms; the stages' losses ",
-                        loss_tol == 0 ? "are identical" : "agree"));
+                        a.loss_tol == 0 ? "are identical" : "agree"));
     return 0;
   }
   if (rep.lead)
@@ -124,7 +124,6 @@ int run(const Args& a, dist::Communicator& comm) {
   rep.dtype = check_args(a, rep.N);
   rep.eb = dist::ElementBytes::of(rep.dtype);
   rep.out = a.out;
-  const double loss_tol = a.loss_tol;
   io::agree_on_usage(comm, [&] {  // the CSVs' directory (rank 0 writes them), before any run
     if (!rep.lead) return;
     std::error_code ec;
@@ -146,7 +145,7 @@ int run(const Args& a, dist::Communicator& comm) {
   print_sizes(rep, a, runs[0]);
   print_memory_table(rep, stages);
   print_traffic_table(rep, stages);
-  print_step_table(rep, a, runs, loss_tol);
+  print_step_table(rep, a, runs);
   write_trace_csv(rep, runs);
   if (a.cap_mib > 0) run_cap_experiment(rep, a, w);  // [4], then [5]: docs/walkthrough.md's order
   if (a.compare_checkpoint) {
@@ -154,7 +153,7 @@ int run(const Args& a, dist::Communicator& comm) {
     for (ZeroStage st : kStages) ckpt.push_back(w.run_stage(st, a.prefetch, /*checkpointed=*/true));
     print_checkpoint_table(rep, a, stages, ckpt);
   }
-  return print_summary(rep, a, loss_tol);
+  return print_summary(rep, a);
 }
 
 }  // namespace

@@ -6,9 +6,9 @@
 #include "data/byte_tokenizer.h"
 #include "data/llmc_shard.h"
 #include "dist/checkpoint/sharded_checkpoint.h"
+#include "examples/train_gpt/run_settings.h"
 #include "io/gpt2_format.h"
 #include "io/hf_dir.h"
-#include "examples/train_gpt/run_settings.h"
 #include "io/program_main.h"
 
 namespace zdl::train_gpt {

@@ -234,7 +234,8 @@ void print_traffic_table(Report& rep, std::span<const StageRun> stages) {
   for (auto& r : stages) print_traffic_rows(rep, r, P, units, csv);
 }
 
-void print_step_table(Report& rep, const Args& a, std::span<const StageRun> runs, double loss_tol) {
+void print_step_table(Report& rep, const Args& a, std::span<const StageRun> runs) {
+  const double loss_tol = a.loss_tol;
   rep.say("\n[3] Step time (median of the steps after the first, and their range) and losses (mean over ranks).");
   rep.say(table_rule());
   Csv csv = rep.csv("steps", "n,dtype,stage,prefetch,step,loss,ms");

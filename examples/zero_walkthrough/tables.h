@@ -20,7 +20,7 @@ void print_memory_table(Report& rep, std::span<const StageRun> stages);
 void print_traffic_table(Report& rep, std::span<const StageRun> stages);
 
 // [3] Step time and losses, ZeRO-3 with and without prefetch: checks every run's losses equal DDP's (up to --loss-tol).
-void print_step_table(Report& rep, const Args& a, std::span<const StageRun> runs, double loss_tol);
+void print_step_table(Report& rep, const Args& a, std::span<const StageRun> runs);
 
 // The traced step of every run, event by event with this rank's memory (the pictures' data): CSV only, no check.
 void write_trace_csv(const Report& rep, std::span<const StageRun> runs);
