@@ -83,9 +83,11 @@ TensorList attention_backward_kernels(const Tensor& q, const Tensor& k, const Te
 #ifdef ZDL_WITH_CUDNN_FRONTEND
 bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0; }
 
-// `bytes` of device scratch for cuDNN, tagged Workspace (null when none is needed).
+// `bytes` of device scratch for cuDNN (as f32 elements, rounded up), tagged Workspace (null
+// when none is needed).
 Tensor cudnn_workspace(size_t bytes, Device dev) {
-  return bytes ? workspace(static_cast<int64_t>((bytes + 15) / 16), DType::F32, dev) : Tensor();
+  return bytes ? workspace(static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float)), DType::F32, dev)
+               : Tensor();
 }
 void* pointer_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
 
