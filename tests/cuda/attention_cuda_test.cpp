@@ -47,8 +47,10 @@ TEST(CudaAttention, MatchesCpuF32) {
     for (int64_t T : {1, 17, 130})
       for (int64_t HS : {16, 33, 64, 128}) {
         Shape s = {bnh[0], bnh[1], T, HS};
+        // T = 1: one key, softmax is constant, dq and dk are exactly 0; both sides hold the
+        // residue of dO.v - rowsum(dO * O) (unit-normal terms): compared at that size.
         expect_close(run_attention(s, DType::F32, Device::cuda()), run_attention(s, DType::F32, Device::cpu()), 1e-5,
-                     describe(s, DType::F32));
+                     describe(s, DType::F32), T == 1 ? 1.0 : 0.0);
       }
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -58,8 +59,10 @@ inline OpRun run_op(const OpFn& f, const std::vector<Tensor>& inputs, Device dev
   return r;
 }
 
-// max |got - want| / max |want| (0 when both are all zeros).
-inline double rel_diff(const Tensor& got, const Tensor& want) {
+// max |got - want| / max(max |want|, floor) (0 when both are all zeros). A floor is for
+// values that are exactly zero in exact arithmetic: both sides then hold the rounding residue
+// of terms of about that size, which max |want| would compare with each other.
+inline double rel_diff(const Tensor& got, const Tensor& want, double floor = 0) {
   std::vector<double> a = got.to_vector(), b = want.to_vector();
   EXPECT_EQ(a.size(), b.size());
   double diff = 0, scale = 0;
@@ -68,7 +71,7 @@ inline double rel_diff(const Tensor& got, const Tensor& want) {
     scale = std::max(scale, std::abs(b[i]));
     if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
   }
-  return diff == 0 ? 0 : diff / std::max(scale, 1e-30);
+  return diff == 0 ? 0 : diff / std::max({scale, floor, 1e-30});
 }
 
 // The bytes of a tensor's elements (any device, any layout).
@@ -79,7 +82,10 @@ inline std::vector<uint8_t> bytes_of(const Tensor& t) {
 }
 
 // Outputs and every input gradient: same shape and dtype, relative difference below tol.
-inline void expect_close(const OpRun& got, const OpRun& want, double tol, const std::string& what) {
+// grad_floor: the size of the terms a gradient is formed from, for shapes whose exact
+// gradient is zero (softmax over one key, layer_norm over one feature; see rel_diff).
+inline void expect_close(const OpRun& got, const OpRun& want, double tol, const std::string& what,
+                         double grad_floor = 0) {
   ASSERT_EQ(got.out.shape(), want.out.shape()) << what;
   EXPECT_EQ(got.out.dtype(), want.out.dtype()) << what;
   EXPECT_LT(rel_diff(got.out, want.out), tol) << what << ": forward";
@@ -89,7 +95,7 @@ inline void expect_close(const OpRun& got, const OpRun& want, double tol, const 
     if (!want.grads[i].defined()) continue;
     ASSERT_EQ(got.grads[i].shape(), want.grads[i].shape()) << what << ": gradient of input " << i;
     EXPECT_EQ(got.grads[i].dtype(), want.grads[i].dtype()) << what << ": gradient of input " << i;
-    EXPECT_LT(rel_diff(got.grads[i], want.grads[i]), tol) << what << ": gradient of input " << i;
+    EXPECT_LT(rel_diff(got.grads[i], want.grads[i], grad_floor), tol) << what << ": gradient of input " << i;
   }
 }
 

@@ -73,8 +73,12 @@ TEST(CudaNn, LayerNormMatchesCpu) {
         // A non-zero mean exercises the two-pass statistics.
         Tensor x = randn({1, rows, C}, 2, dt, 2.0, 0.5);
         Tensor w = randn({C}, 3, dt, 1.0, 1.0), b = randn({C}, 4, dt);
+        // C = 1: x - mean is 0, so dx is exactly 0 and both sides hold the residue of
+        // rstd * w * dy terms (rstd = 1 / sqrt(1e-5) = 316; a fused multiply-add on the GPU
+        // leaves up to ~1e-4 where the CPU's separate products cancel to 0).
+        const double floor = C == 1 ? 1 / std::sqrt(1e-5) : 0;
         expect_close(run_op(f, {x, w, b}, gpu()), run_op(f, {x, w, b}, kCpu), tolerance(dt),
-                     "layer_norm " + name(dt) + " rows=" + std::to_string(rows) + " C=" + std::to_string(C));
+                     "layer_norm " + name(dt) + " rows=" + std::to_string(rows) + " C=" + std::to_string(C), floor);
       }
 }
 
