@@ -75,6 +75,10 @@ TEST(LocalCommunicator, LaunchedByMpiReadsTheLauncherEnvironment) {
     EXPECT_TRUE(launched_by_mpi()) << v;
   }
   EXPECT_FALSE(launched_by_mpi());
+  // mpiexec's own settings, exported for the mpiexec calls of a shell, launch nothing: a plain
+  // process stays one process (a launched one would run every collective through MPI).
+  ScopedEnv launcher("HYDRA_LAUNCHER", "fork"), hosts("HYDRA_HOST_FILE", "/dev/null");
+  EXPECT_FALSE(launched_by_mpi());
 }
 
 TEST(LocalCommunicator, TimeoutComesFromTheEnvironment) {
