@@ -1,18 +1,15 @@
 # CUDA builds: cuDNN's fused attention (kernels/cuda/cudnn_attention.cpp) when cuDNN 9 and the
 # header-only cuDNN frontend are both found; otherwise attention runs on zerodl's own kernels
 # and the configure output says why. Included from CMakeLists.txt inside if(ZDL_CUDA).
-#   cuDNN: next to the toolkit, or under CUDNN_ROOT / CUDNN_PATH (pip's nvidia-cudnn-cu* wheels:
-#          scripts/gpu_check.sh points them there).
+#   cuDNN: next to the toolkit, or under CUDNN_ROOT / CUDNN_PATH (e.g. pip's nvidia-cudnn-cu* wheels).
 #   frontend: ZDL_CUDNN_FRONTEND_DIR (the folder holding cudnn_frontend.h); found by default in
-#          third_party/cudnn_frontend/include (scripts/setup.sh fetches it), $CUDNN_FRONTEND_INCLUDE_DIR
-#          or a prefix's include/ (the carried deps of scripts/device_deps.sh unpack to /opt/zdl-deps).
+#          third_party/cudnn_frontend/include (scripts/setup.sh fetches it) or $CUDNN_FRONTEND_INCLUDE_DIR.
 option(ZDL_CUDNN "CUDA builds: use cuDNN's fused attention when cuDNN and its frontend are found" ON)
 find_path(CUDNN_INCLUDE_DIR cudnn_version.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV CUDNN_ROOT ENV CUDNN_PATH
           PATH_SUFFIXES include)
 find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} ENV CUDNN_ROOT ENV CUDNN_PATH PATH_SUFFIXES lib lib64)
 find_path(ZDL_CUDNN_FRONTEND_DIR cudnn_frontend.h
           HINTS ${CMAKE_CURRENT_SOURCE_DIR}/third_party/cudnn_frontend/include ENV CUDNN_FRONTEND_INCLUDE_DIR
-                /opt/zdl-deps/include
           DOC "Folder holding the cuDNN frontend's cudnn_frontend.h")
 
 # Versions from the headers: cuDNN 9 (SDPA with f32 statistics and a deterministic backward),

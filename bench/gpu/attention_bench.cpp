@@ -6,7 +6,7 @@
 //
 // Flops, as flash-attention papers count them: the forward's two products q k^T and P v are
 // 2 B NH T^2 HS each, halved by the causal mask: 2 B NH T^2 HS; the backward's five products
-// are 2.5 times that. The last line ("summary: ...") is what bench/gpu_check.sh's table shows.
+// are 2.5 times that. The last line ("summary: ...") is what scripts/gpu_check.sh's table shows.
 //
 //   ./cuda_attention_bench [reps=20]
 #include <algorithm>

@@ -2,7 +2,7 @@
 # Causal attention on one GPU, A/B: cuDNN's fused flash attention against zerodl's own CUDA
 # kernels (ZDL_CUDNN_ATTENTION=0), bf16, forward and forward + backward at GPT-2 124M's shape
 # (B=16, NH=12, T=1024, HS=64), HS=128 and T=4096, with how far apart the two paths' results
-# are (bench/gpu/attention_bench.cpp). Under a minute; also run by bench/gpu_check.sh's bench stage,
+# are (bench/gpu/attention_bench.cpp). Under a minute; also run by scripts/gpu_check.sh's attention stage,
 # whose table shows the last line ("summary: ...").
 #
 #   bash bench/gpu/run_attention.sh [BUILD_DIR]      # default build-gpu; ZDL_BENCH_REPS (20)

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # GPT-2 124M training on one GPU: zerodl (train_gpt --device cuda, ZeRO stage 0 and stage 3 at
-# N = 1, bf16 compute with f32 masters, AdamW, clipping) next to PyTorch on the same GPU in the
+# N = 1 on NCCL, bf16 compute with f32 masters, AdamW, clipping) next to PyTorch on the same GPU in the
 # same run (bench/gpu/torch_gpt2.py: eager and torch.compile, bf16 autocast, fused AdamW, SDPA).
 # Prints a table: impl, tokens/s, MFU (llm.c's 6N + 6LCT flops per token over the GPU's peak
 # bf16 rate), peak memory (zerodl: its memory ledger on the GPU; torch: max_memory_allocated),
 # ratio of tokens/s to torch.compile; and ZeRO-3 / stage-0 step time.
 #
-#   bash bench/gpu/run_gpt2.sh [BUILD_DIR]        # default build-gpu (what bench/gpu_check.sh builds)
+#   bash bench/gpu/run_gpt2.sh [BUILD_DIR]        # default build-gpu (scripts/gpu_check.sh passes its own)
 #
 # Model: L=12, H=12, C=768, T=1024, vocabulary 50257 padded to 50304 (--vocab-size 50257
 # --vocab-multiple 128); the data are random bytes (ids < 256 of that vocabulary: the speed does
@@ -36,7 +36,7 @@ if [ ! -x "$exe" ]; then
   echo "run_gpt2: no $exe (build it: cmake --build $build --target train_gpt)"
   exit 1
 fi
-if ! "$exe" --help 2>&1 | grep -q -- "--device"; then
+if ! "$exe" --help 2>&1 | grep -- "--device" >/dev/null; then
   echo "run_gpt2: $exe has no --device flag"
   exit 1
 fi
@@ -56,8 +56,9 @@ rows="$work/rows.jsonl"
 # zerodl STAGE: one train_gpt run; its metrics file gives the timed steps' numbers.
 zerodl() {
   local stage=$1 m="$work/zero$1.jsonl"
-  echo "+ train_gpt --device cuda --zero-stage $stage ..."
-  if ! "$exe" --device cuda --zero-stage "$stage" --dtype bf16 --data "$work/data.bin" --n-layer 12 --n-head 12 \
+  # One rank on NCCL: the collectives' real code path (the local backend only copies).
+  echo "+ train_gpt --device cuda --zero-stage $stage --dist-backend nccl ..."
+  if ! "$exe" --device cuda --zero-stage "$stage" --dist-backend nccl --dtype bf16 --data "$work/data.bin" --n-layer 12 --n-head 12 \
       --n-embd 768 --seq "$T" --batch "$B" --vocab-size 50257 --vocab-multiple 128 --steps $((W + S)) --warmup 2 \
       --lr 6e-4 --grad-clip 1.0 --eval-every 0 --log-every 1 --metrics "$m" "${peak_args[@]}" 2>&1 | tail -n 4; then
     echo "run_gpt2: zerodl stage $stage failed"
