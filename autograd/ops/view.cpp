@@ -189,6 +189,25 @@ Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t s
   });
 }
 
+namespace {
+// The tensor of `shape` (contiguous strides) whose slices along d the parts are, when they are
+// exactly that: one storage, those strides, consecutive offsets. A backward that writes several
+// gradients into one buffer (cuDNN's attention writes dq, dk, dv into one [B, T, 3C] buffer)
+// then hands split's backward its input's gradient as it is.
+std::optional<Tensor> adjacent_parts(const TensorList& parts, const Shape& shape, int64_t d) {
+  const Tensor& first = parts.front();
+  const Shape strides = contiguous_strides(shape);
+  int64_t at = first.offset();
+  for (const Tensor& p : parts) {
+    if (!(p.storage() == first.storage()) || p.dtype() != first.dtype() || p.offset() != at ||
+        (p.numel() > 0 && p.strides() != strides))
+      return std::nullopt;
+    at += p.shape()[d] * strides[d];
+  }
+  return Tensor::from_storage(first.storage(), shape, strides, first.offset(), first.dtype());
+}
+}  // namespace
+
 std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, int64_t dim) {
   check_defined(a, "split", "a");
   int64_t d = a.wrap_dim(dim);
@@ -208,7 +227,8 @@ std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, in
     at += s;
   }
   // One node for all parts: the input's gradient is one buffer that each part's gradient is copied
-  // into (zeros only where a part got none), not a zero-filled buffer per part summed afterwards.
+  // into (zeros only where a part got none), not a zero-filled buffer per part summed afterwards;
+  // no copy at all when the parts' gradients already lie side by side in one buffer.
   return autograd::record_multi("split", {a}, out, [in_shape = a.shape(), sizes, d](const TensorList& g) {
     const Tensor* any = nullptr;
     bool all = true;
@@ -217,6 +237,9 @@ std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, in
       all = all && t.defined();
     }
     if (!any) return TensorList{Tensor()};
+    if (all) {
+      if (std::optional<Tensor> whole = adjacent_parts(g, in_shape, d)) return TensorList{*whole};
+    }
     Tensor gi = all ? Tensor::empty(in_shape, any->dtype(), any->device())
                     : Tensor::zeros(in_shape, any->dtype(), any->device());
     int64_t begin = 0;

@@ -44,6 +44,32 @@ TEST(Views, SliceSplitCatGradients) {
                    {rand_noncontiguous_leaf({2, 3}, 13), rand_leaf({4, 3}, 14)});
 }
 
+// split's backward takes its input's gradient as it is when the parts' gradients are adjacent
+// slices of one buffer (as cuDNN's attention backward writes dq, dk, dv), and copies otherwise.
+TEST(Views, SplitBackwardReusesAdjacentGradients) {
+  Tensor x = Tensor::randn({2, 3, 12}, 16);
+  x.set_requires_grad(true);
+  std::vector<Tensor> parts = split(x, 4, 2);
+  ASSERT_TRUE(parts[0].grad_fn());
+  Tensor buf = Tensor::randn({2, 3, 12}, 17);
+  autograd::TensorList side_by_side = {slice(buf, 2, 0, 4), slice(buf, 2, 4, 8), slice(buf, 2, 8, 12)};
+  autograd::TensorList gi = parts[0].grad_fn()->apply(side_by_side);
+  ASSERT_EQ(gi.size(), 1u);
+  EXPECT_TRUE(gi[0].storage() == buf.storage());
+  EXPECT_EQ(gi[0].offset(), 0);
+  EXPECT_EQ(gi[0].shape(), x.shape());
+  EXPECT_EQ(gi[0].to_vector(), buf.to_vector());
+  // Out of order: the parts are copied into a new buffer in the input's order.
+  autograd::TensorList swapped = {slice(buf, 2, 4, 8), slice(buf, 2, 0, 4), slice(buf, 2, 8, 12)};
+  gi = parts[0].grad_fn()->apply(swapped);
+  EXPECT_FALSE(gi[0].storage() == buf.storage());
+  EXPECT_EQ(gi[0].to_vector(), cat({swapped[0], swapped[1], swapped[2]}, 2).to_vector());
+  // Through the engine: split then cat, whose backward hands split adjacent slices.
+  Tensor w = Tensor::randn({2, 3, 12}, 18);
+  sum(mul(cat(parts, 2), w)).backward();
+  EXPECT_EQ(x.grad().to_vector(), w.to_vector());
+}
+
 TEST(Views, ShareStorageAndComputeRightValues) {
   Tensor a = Tensor::from_vector(std::vector<double>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4});
   Tensor s = slice(a, 1, 1, 4, 2);
