@@ -54,12 +54,17 @@ void check_attention_shapes(const Tensor& q, const Tensor& k, const Tensor& v) {
 #ifdef ZDL_WITH_CUDA
 namespace kcu = kernels::cuda;
 
-// The gradient of causal_attention's output, checked against the output, contiguous.
-Tensor output_gradient(const Tensor& g, DType dt, Device dev) {
+// The gradient of causal_attention's output, checked against the output, as it is (detached).
+Tensor checked_output_gradient(const Tensor& g, DType dt, Device dev) {
   check_defined(g, "causal_attention backward", "gradient");
   ZDL_CHECK(g.device() == dev && g.dtype() == dt, "causal_attention backward: gradient on ", g.device().str(),
             " of dtype ", dtype_name(g.dtype()), " but the output is on ", dev.str(), " of dtype ", dtype_name(dt));
-  return contiguous_detached(g);
+  return g.detach();
+}
+
+// The same, contiguous.
+Tensor output_gradient(const Tensor& g, DType dt, Device dev) {
+  return contiguous_detached(checked_output_gradient(g, dt, dev));
 }
 
 // dq, dk, dv by the kernels of kernels/cuda/attention.h from the forward's q, k, v (copied
@@ -70,11 +75,12 @@ TensorList attention_backward_kernels(const Tensor& q, const Tensor& k, const Te
   const DType dt = q.dtype();
   const Device dev = q.device();
   Tensor qc = contiguous_detached(q), kc = contiguous_detached(k), vc = contiguous_detached(v);
+  Tensor oc = contiguous_detached(out);  // cuDNN's output is [B, T, NH, HS] in memory
   Tensor dq = Tensor::empty(q.shape(), dt, dev), dk = Tensor::empty(q.shape(), dt, dev),
          dv = Tensor::empty(q.shape(), dt, dev);
   Tensor work = workspace(static_cast<int64_t>(kcu::attention_backward_workspace_bytes(BNH, T) / sizeof(float)),
                           DType::F32, dev);
-  kcu::causal_attention_backward(dt, BNH, T, HS, qc.raw_data(), kc.raw_data(), vc.raw_data(), out.raw_data(),
+  kcu::causal_attention_backward(dt, BNH, T, HS, qc.raw_data(), kc.raw_data(), vc.raw_data(), oc.raw_data(),
                                  lse.data<float>(), dout.raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data(),
                                  work.raw_data());
   return TensorList{dq, dk, dv};
@@ -115,14 +121,31 @@ std::optional<kcu::SdpaProblem> cudnn_problem(const Tensor& q, const Tensor& k, 
     p.k_stride[d] = k.strides()[d];
     p.v_stride[d] = v.strides()[d];
   }
+  // [Note: attention layouts] The output is written as [B, T, NH, HS] (so the GPT's
+  // transpose + reshape to [B, T, C] is a view), the output gradient that comes back through
+  // that view is read in place, and dq, dk, dv are written side by side into one [B, T, 3C]
+  // buffer (so split's backward takes it as the fused projection's gradient without a copy).
+  const int64_t C = p.nh * HS;
+  p.o_stride = {p.t * C, HS, C, 1};
+  p.do_stride = p.o_stride;
+  p.dq_stride = p.dk_stride = p.dv_stride = {p.t * 3 * C, HS, 3 * C, 1};
   return p;
+}
+
+// The [B, NH, T, HS] view, with strides `st`, of `buffer` from element `offset` on.
+Tensor strided_view(const Tensor& buffer, const kcu::SdpaProblem& p, const std::array<int64_t, 4>& st,
+                    int64_t offset) {
+  return Tensor::from_storage(buffer.storage(), {p.b, p.nh, p.t, p.hs}, {st[0], st[1], st[2], st[3]},
+                              buffer.offset() + offset, buffer.dtype());
 }
 
 // causal_attention through cuDNN (its graphs for p exist: forward, and backward when grad).
 Tensor causal_attention_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const kcu::SdpaProblem& p,
                               size_t forward_workspace, bool grad) {
   const Device dev = q.device();
-  Tensor out = Tensor::empty(q.shape(), q.dtype(), dev);  // [B, NH, T, HS]
+  const int64_t C = p.nh * p.hs;
+  // [B, NH, T, HS] seen through a [B, T, C] buffer ([Note: attention layouts]).
+  Tensor out = strided_view(Tensor::empty({p.b, p.t, C}, q.dtype(), dev), p, p.o_stride, 0);
   // cuDNN's statistics, the lse: saved for the backward, or scratch for inference.
   Tensor lse = grad ? Tensor::empty({p.b, p.nh, p.t}, DType::F32, dev) : workspace(p.b * p.nh * p.t, DType::F32, dev);
   {
@@ -136,15 +159,25 @@ Tensor causal_attention_cudnn(const Tensor& q, const Tensor& k, const Tensor& v,
       [p, qs = q.detach(), ks = k.detach(), vs = v.detach(), o = out.detach(), lse](const TensorList& g) {
         const DType dt = qs.dtype();
         const Device dev = qs.device();
-        Tensor dout = output_gradient(g[0], dt, dev);
-        if (!aligned16(dout)) dout = dout.contiguous_copy();  // a view at an odd offset; a copy is aligned
+        const int64_t C = p.nh * p.hs;
+        // The output gradient as the graph reads it: in place when it comes back through the
+        // [B, T, C] view of the output (the GPT's), else copied into that layout, so one
+        // backward graph serves every caller ([Note: attention layouts]).
+        Tensor dout = checked_output_gradient(g[0], dt, dev);
+        const Shape expected = {p.do_stride[0], p.do_stride[1], p.do_stride[2], p.do_stride[3]};
+        if (dout.strides() != expected || !aligned16(dout)) {
+          Tensor packed = strided_view(Tensor::empty({p.b, p.t, C}, dt, dev), p, p.do_stride, 0);
+          packed.copy_(dout);
+          dout = packed;
+        }
         // Built with the forward; a backward on another thread builds its own, and a refusal
         // there leaves the kernels, which read the same lse.
         const std::optional<size_t> bytes =
             kcu::cudnn_attention_plan(p, kcu::SdpaPass::Backward, kcu::SdpaCaller::Training);
-        if (!bytes) return attention_backward_kernels(qs, ks, vs, o, lse, dout);
-        Tensor dq = Tensor::empty(qs.shape(), dt, dev), dk = Tensor::empty(qs.shape(), dt, dev),
-               dv = Tensor::empty(qs.shape(), dt, dev);
+        if (!bytes) return attention_backward_kernels(qs, ks, vs, o, lse, contiguous_detached(dout));
+        Tensor grads = Tensor::empty({p.b, p.t, 3 * C}, dt, dev);  // dq, dk, dv side by side
+        Tensor dq = strided_view(grads, p, p.dq_stride, 0), dk = strided_view(grads, p, p.dk_stride, C),
+               dv = strided_view(grads, p, p.dv_stride, 2 * C);
         Tensor work = cudnn_workspace(*bytes, dev);
         kcu::cudnn_attention_backward(p, qs.raw_data(), ks.raw_data(), vs.raw_data(), o.raw_data(), dout.raw_data(),
                                       lse.data<float>(), dq.raw_data(), dk.raw_data(), dv.raw_data(),

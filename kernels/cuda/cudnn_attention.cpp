@@ -7,7 +7,7 @@
 // and scale and the deterministic algorithm. Building one (validate, lower to cuDNN, heuristics
 // mode A, support check, plan) takes milliseconds to seconds (some engines compile at runtime),
 // so graphs are cached per thread and device by everything they depend on: the pass, dtype,
-// sizes and the three input stride sets (out/dout/dq/dk/dv are contiguous). A refusal is
+// sizes and the stride sets of q, k, v, out, dout, dq, dk, dv. A refusal is
 // cached too, so a refused shape costs one attempt and one message.
 //
 // Compiled by the host C++ compiler (the frontend is header-only C++17 and needs no device
@@ -66,11 +66,26 @@ void warn_once(const std::string& message) {
 
 const char* pass_name(SdpaPass pass) { return pass == SdpaPass::Forward ? "forward" : "backward"; }
 
+using Strides = std::array<int64_t, 4>;
+
+// s, or contiguous [B, NH, T, HS] strides when s is all zero.
+Strides or_dense(const Strides& s, const SdpaProblem& p) {
+  if (s != Strides{}) return s;
+  return {p.nh * p.t * p.hs, p.t * p.hs, p.hs, 1};
+}
+
 std::string describe(const SdpaProblem& p, SdpaPass pass) {
-  auto strides = [](const std::array<int64_t, 4>& s) { return shape_str({s[0], s[1], s[2], s[3]}); };
-  return detail::str("causal attention ", pass_name(pass), " B=", p.b, " NH=", p.nh, " T=", p.t, " HS=", p.hs, " ",
-                     dtype_name(p.dtype), ", strides q ", strides(p.q_stride), " k ", strides(p.k_stride), " v ",
-                     strides(p.v_stride));
+  auto strides = [&](const Strides& s) {
+    const Strides r = or_dense(s, p);
+    return shape_str({r[0], r[1], r[2], r[3]});
+  };
+  std::string out = detail::str("causal attention ", pass_name(pass), " B=", p.b, " NH=", p.nh, " T=", p.t,
+                                " HS=", p.hs, " ", dtype_name(p.dtype), ", strides q ", strides(p.q_stride), " k ",
+                                strides(p.k_stride), " v ", strides(p.v_stride), " out ", strides(p.o_stride));
+  if (pass == SdpaPass::Backward)
+    out += detail::str(" dout ", strides(p.do_stride), " dq ", strides(p.dq_stride), " dk ", strides(p.dk_stride),
+                       " dv ", strides(p.dv_stride));
+  return out;
 }
 
 std::string frontend_error(const fe::error_t& e) {
@@ -83,10 +98,18 @@ struct Key {
   SdpaPass pass;
   DType dtype;
   int64_t b, nh, t, hs;
-  std::array<int64_t, 4> q_stride, k_stride, v_stride;
+  Strides q, k, v, o, dout, dq, dk, dv;  // resolved (never all zero)
 
-  auto tie() const { return std::tie(pass, dtype, b, nh, t, hs, q_stride, k_stride, v_stride); }
-  bool operator<(const Key& o) const { return tie() < o.tie(); }
+  Key(SdpaPass pass_, const SdpaProblem& p)
+      : pass(pass_), dtype(p.dtype), b(p.b), nh(p.nh), t(p.t), hs(p.hs), q(or_dense(p.q_stride, p)),
+        k(or_dense(p.k_stride, p)), v(or_dense(p.v_stride, p)), o(or_dense(p.o_stride, p)),
+        // The forward graph reads none of the gradients: one forward graph whatever they are.
+        dout(pass_ == SdpaPass::Backward ? or_dense(p.do_stride, p) : Strides{}),
+        dq(pass_ == SdpaPass::Backward ? or_dense(p.dq_stride, p) : Strides{}),
+        dk(pass_ == SdpaPass::Backward ? or_dense(p.dk_stride, p) : Strides{}),
+        dv(pass_ == SdpaPass::Backward ? or_dense(p.dv_stride, p) : Strides{}) {}
+  auto tie() const { return std::tie(pass, dtype, b, nh, t, hs, q, k, v, o, dout, dq, dk, dv); }
+  bool operator<(const Key& other) const { return tie() < other.tie(); }
 };
 
 // A built graph and its workspace, or a refusal (graph null).
@@ -98,7 +121,6 @@ struct Entry {
 // The graph of `pass` for p, declared (not yet built). See [Note: cuDNN SDPA graphs].
 std::shared_ptr<Graph> declare_graph(const SdpaProblem& p, SdpaPass pass) {
   const std::vector<int64_t> dims = {p.b, p.nh, p.t, p.hs};
-  const std::vector<int64_t> dense = {p.nh * p.t * p.hs, p.t * p.hs, p.hs, 1};
   const std::vector<int64_t> stats_dims = {p.b, p.nh, p.t, 1}, stats_strides = {p.nh * p.t, p.t, 1, 1};
   const float scale = 1.0f / std::sqrt(static_cast<float>(p.hs));
   auto g = std::make_shared<Graph>();
@@ -108,7 +130,10 @@ std::shared_ptr<Graph> declare_graph(const SdpaProblem& p, SdpaPass pass) {
   auto input = [&](const char* name, int64_t uid, const std::vector<int64_t>& strides) {
     return g->tensor(TensorAttr().set_name(name).set_uid(uid).set_dim(dims).set_stride(strides));
   };
-  auto as_vector = [](const std::array<int64_t, 4>& s) { return std::vector<int64_t>(s.begin(), s.end()); };
+  auto as_vector = [&](const Strides& s) {
+    const Strides r = or_dense(s, p);
+    return std::vector<int64_t>(r.begin(), r.end());
+  };
   auto Q = input("Q", kQ, as_vector(p.q_stride));
   auto K = input("K", kK, as_vector(p.k_stride));
   auto V = input("V", kV, as_vector(p.v_stride));
@@ -120,7 +145,7 @@ std::shared_ptr<Graph> declare_graph(const SdpaProblem& p, SdpaPass pass) {
                        .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
                        .set_diagonal_band_right_bound(0);
     auto [O, stats] = g->sdpa(Q, K, V, options);
-    O->set_output(true).set_uid(kO).set_dim(dims).set_stride(dense);
+    O->set_output(true).set_uid(kO).set_dim(dims).set_stride(as_vector(p.o_stride));
     stats->set_output(true)
         .set_uid(kStats)
         .set_data_type(fe::DataType_t::FLOAT)
@@ -128,8 +153,8 @@ std::shared_ptr<Graph> declare_graph(const SdpaProblem& p, SdpaPass pass) {
         .set_stride(stats_strides);
     return g;
   }
-  auto O = input("O", kO, dense);
-  auto dO = input("dO", kdO, dense);
+  auto O = input("O", kO, as_vector(p.o_stride));
+  auto dO = input("dO", kdO, as_vector(p.do_stride));
   auto stats = g->tensor(TensorAttr()
                              .set_name("Stats")
                              .set_uid(kStats)
@@ -143,9 +168,9 @@ std::shared_ptr<Graph> declare_graph(const SdpaProblem& p, SdpaPass pass) {
                      .set_diagonal_band_right_bound(0)
                      .set_deterministic_algorithm(true);  // zerodl's runs repeat bit for bit
   auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, options);
-  dQ->set_output(true).set_uid(kdQ).set_dim(dims).set_stride(dense);
-  dK->set_output(true).set_uid(kdK).set_dim(dims).set_stride(dense);
-  dV->set_output(true).set_uid(kdV).set_dim(dims).set_stride(dense);
+  dQ->set_output(true).set_uid(kdQ).set_dim(dims).set_stride(as_vector(p.dq_stride));
+  dK->set_output(true).set_uid(kdK).set_dim(dims).set_stride(as_vector(p.dk_stride));
+  dV->set_output(true).set_uid(kdV).set_dim(dims).set_stride(as_vector(p.dv_stride));
   return g;
 }
 
@@ -198,7 +223,7 @@ class CudnnContext {
 
   std::optional<size_t> plan(const SdpaProblem& p, SdpaPass pass, SdpaCaller caller) {
     if (!handle_) return std::nullopt;
-    const Key key{pass, p.dtype, p.b, p.nh, p.t, p.hs, p.q_stride, p.k_stride, p.v_stride};
+    const Key key(pass, p);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       if (caller == SdpaCaller::Inference) {
@@ -233,7 +258,7 @@ class CudnnContext {
   // Runs the built graph of (p, pass) on the compute stream.
   void execute(const SdpaProblem& p, SdpaPass pass, std::unordered_map<int64_t, void*>& pack, void* workspace,
                const char* what) {
-    const Key key{pass, p.dtype, p.b, p.nh, p.t, p.hs, p.q_stride, p.k_stride, p.v_stride};
+    const Key key(pass, p);
     auto it = graphs_.find(key);
     ZDL_CHECK(handle_ && it != graphs_.end() && it->second.graph, what, ": no cuDNN graph was built for ",
               describe(p, pass), " on this thread (cudnn_attention_plan decides first)");

@@ -5,10 +5,13 @@
 //   out = softmax(q k^T / sqrt(HS) + causal mask) v,   stats[i] = log sum_{j<=i} exp(s_ij)
 // (cuDNN's softmax statistics are the log-sum-exp the fallback calls lse, natural log, f32).
 //
-// Layout: q, k, v are [B, NH, T, HS] read through their own element strides, so the views of
-// the fused [B, T, 3C] projection go in without copies (strides {T*3C, HS, 3C, 1}); out, dout,
-// dq, dk, dv are contiguous [B, NH, T, HS]; stats is contiguous [B, NH, T] f32. Every pointer
-// must be 16-byte aligned (cuDNN's vector loads; checked by the frontend at execution).
+// Layout: every [B, NH, T, HS] operand is read or written through its own element strides, so
+// q, k, v come in as views of the fused [B, T, 3C] projection (strides {T*3C, HS, 3C, 1}), out
+// and dout can be [B, T, NH, HS] in memory (strides {T*C, HS, C, 1}: the [B, T, C] the output
+// projection reads), and dq, dk, dv can be written side by side into one [B, T, 3C] gradient; a
+// stride set left all zero means contiguous [B, NH, T, HS]. stats is contiguous [B, NH, T] f32.
+// Every pointer must be 16-byte aligned (cuDNN's vector loads; checked by the frontend at
+// execution).
 // Precision: bf16 in and out, f32 scores, softmax and statistics; the probabilities enter the
 // P v and dS products as bf16, as in every flash attention (docs/cuda.md gives the tolerances).
 // The backward uses cuDNN's deterministic algorithm: the same inputs give the same bits (on
@@ -30,11 +33,13 @@
 
 namespace zdl::kernels::cuda {
 
-// One attention problem: q, k, v [b, nh, t, hs] with their element strides.
+// One attention problem: q, k, v [b, nh, t, hs] with their element strides, and the strides of
+// out (written by the forward, read by the backward), dout, dq, dk, dv (all zero: contiguous).
 struct SdpaProblem {
   DType dtype = DType::BF16;
   int64_t b = 0, nh = 0, t = 0, hs = 0;
   std::array<int64_t, 4> q_stride{}, k_stride{}, v_stride{};
+  std::array<int64_t, 4> o_stride{}, do_stride{}, dq_stride{}, dk_stride{}, dv_stride{};
 };
 
 enum class SdpaPass { Forward, Backward };
