@@ -127,8 +127,7 @@ std::optional<kcu::SdpaProblem> cudnn_problem(const Tensor& q, const Tensor& k, 
   // buffer (so split's backward takes it as the fused projection's gradient without a copy).
   const int64_t C = p.nh * HS;
   p.o_stride = {p.t * C, HS, C, 1};
-  p.do_stride = p.o_stride;
-  p.dq_stride = p.dk_stride = p.dv_stride = {p.t * 3 * C, HS, 3 * C, 1};
+  p.dqkv_stride = {p.t * 3 * C, HS, 3 * C, 1};
   return p;
 }
 
@@ -164,9 +163,9 @@ Tensor causal_attention_cudnn(const Tensor& q, const Tensor& k, const Tensor& v,
         // [B, T, C] view of the output (the GPT's), else copied into that layout, so one
         // backward graph serves every caller ([Note: attention layouts]).
         Tensor dout = checked_output_gradient(g[0], dt, dev);
-        const Shape expected = {p.do_stride[0], p.do_stride[1], p.do_stride[2], p.do_stride[3]};
+        const Shape expected = {p.o_stride[0], p.o_stride[1], p.o_stride[2], p.o_stride[3]};
         if (dout.strides() != expected || !aligned16(dout)) {
-          Tensor packed = strided_view(Tensor::empty({p.b, p.t, C}, dt, dev), p, p.do_stride, 0);
+          Tensor packed = strided_view(Tensor::empty({p.b, p.t, C}, dt, dev), p, p.o_stride, 0);
           packed.copy_(dout);
           dout = packed;
         }
@@ -176,8 +175,8 @@ Tensor causal_attention_cudnn(const Tensor& q, const Tensor& k, const Tensor& v,
             kcu::cudnn_attention_plan(p, kcu::SdpaPass::Backward, kcu::SdpaCaller::Training);
         if (!bytes) return attention_backward_kernels(qs, ks, vs, o, lse, contiguous_detached(dout));
         Tensor grads = Tensor::empty({p.b, p.t, 3 * C}, dt, dev);  // dq, dk, dv side by side
-        Tensor dq = strided_view(grads, p, p.dq_stride, 0), dk = strided_view(grads, p, p.dk_stride, C),
-               dv = strided_view(grads, p, p.dv_stride, 2 * C);
+        Tensor dq = strided_view(grads, p, p.dqkv_stride, 0), dk = strided_view(grads, p, p.dqkv_stride, C),
+               dv = strided_view(grads, p, p.dqkv_stride, 2 * C);
         Tensor work = cudnn_workspace(*bytes, dev);
         kcu::cudnn_attention_backward(p, qs.raw_data(), ks.raw_data(), vs.raw_data(), o.raw_data(), dout.raw_data(),
                                       lse.data<float>(), dq.raw_data(), dk.raw_data(), dv.raw_data(),

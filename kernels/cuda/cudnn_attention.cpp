@@ -7,7 +7,7 @@
 // and scale and the deterministic algorithm. Building one (validate, lower to cuDNN, heuristics
 // mode A, support check, plan) takes milliseconds to seconds (some engines compile at runtime),
 // so graphs are cached per thread and device by everything they depend on: the pass, dtype,
-// sizes and the stride sets of q, k, v, out, dout, dq, dk, dv. A refusal is
+// sizes and the stride sets of q, k, v, out (and dout) and dq/dk/dv. A refusal is
 // cached too, so a refused shape costs one attempt and one message.
 //
 // Compiled by the host C++ compiler (the frontend is header-only C++17 and needs no device
@@ -82,9 +82,7 @@ std::string describe(const SdpaProblem& p, SdpaPass pass) {
   std::string out = detail::str("causal attention ", pass_name(pass), " B=", p.b, " NH=", p.nh, " T=", p.t,
                                 " HS=", p.hs, " ", dtype_name(p.dtype), ", strides q ", strides(p.q_stride), " k ",
                                 strides(p.k_stride), " v ", strides(p.v_stride), " out ", strides(p.o_stride));
-  if (pass == SdpaPass::Backward)
-    out += detail::str(" dout ", strides(p.do_stride), " dq ", strides(p.dq_stride), " dk ", strides(p.dk_stride),
-                       " dv ", strides(p.dv_stride));
+  if (pass == SdpaPass::Backward) out += detail::str(" dq/dk/dv ", strides(p.dqkv_stride));
   return out;
 }
 
@@ -98,17 +96,14 @@ struct Key {
   SdpaPass pass;
   DType dtype;
   int64_t b, nh, t, hs;
-  Strides q, k, v, o, dout, dq, dk, dv;  // resolved (never all zero)
+  Strides q, k, v, o, dqkv;  // resolved (never all zero, except dqkv for the forward)
 
   Key(SdpaPass pass_, const SdpaProblem& p)
       : pass(pass_), dtype(p.dtype), b(p.b), nh(p.nh), t(p.t), hs(p.hs), q(or_dense(p.q_stride, p)),
         k(or_dense(p.k_stride, p)), v(or_dense(p.v_stride, p)), o(or_dense(p.o_stride, p)),
-        // The forward graph reads none of the gradients: one forward graph whatever they are.
-        dout(pass_ == SdpaPass::Backward ? or_dense(p.do_stride, p) : Strides{}),
-        dq(pass_ == SdpaPass::Backward ? or_dense(p.dq_stride, p) : Strides{}),
-        dk(pass_ == SdpaPass::Backward ? or_dense(p.dk_stride, p) : Strides{}),
-        dv(pass_ == SdpaPass::Backward ? or_dense(p.dv_stride, p) : Strides{}) {}
-  auto tie() const { return std::tie(pass, dtype, b, nh, t, hs, q, k, v, o, dout, dq, dk, dv); }
+        // The forward writes no gradient: one forward graph whatever their layout.
+        dqkv(pass_ == SdpaPass::Backward ? or_dense(p.dqkv_stride, p) : Strides{}) {}
+  auto tie() const { return std::tie(pass, dtype, b, nh, t, hs, q, k, v, o, dqkv); }
   bool operator<(const Key& other) const { return tie() < other.tie(); }
 };
 
@@ -154,7 +149,7 @@ std::shared_ptr<Graph> declare_graph(const SdpaProblem& p, SdpaPass pass) {
     return g;
   }
   auto O = input("O", kO, as_vector(p.o_stride));
-  auto dO = input("dO", kdO, as_vector(p.do_stride));
+  auto dO = input("dO", kdO, as_vector(p.o_stride));
   auto stats = g->tensor(TensorAttr()
                              .set_name("Stats")
                              .set_uid(kStats)
@@ -168,9 +163,9 @@ std::shared_ptr<Graph> declare_graph(const SdpaProblem& p, SdpaPass pass) {
                      .set_diagonal_band_right_bound(0)
                      .set_deterministic_algorithm(true);  // zerodl's runs repeat bit for bit
   auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, options);
-  dQ->set_output(true).set_uid(kdQ).set_dim(dims).set_stride(as_vector(p.dq_stride));
-  dK->set_output(true).set_uid(kdK).set_dim(dims).set_stride(as_vector(p.dk_stride));
-  dV->set_output(true).set_uid(kdV).set_dim(dims).set_stride(as_vector(p.dv_stride));
+  dQ->set_output(true).set_uid(kdQ).set_dim(dims).set_stride(as_vector(p.dqkv_stride));
+  dK->set_output(true).set_uid(kdK).set_dim(dims).set_stride(as_vector(p.dqkv_stride));
+  dV->set_output(true).set_uid(kdV).set_dim(dims).set_stride(as_vector(p.dqkv_stride));
   return g;
 }
 

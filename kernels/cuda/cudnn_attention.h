@@ -7,9 +7,9 @@
 //
 // Layout: every [B, NH, T, HS] operand is read or written through its own element strides, so
 // q, k, v come in as views of the fused [B, T, 3C] projection (strides {T*3C, HS, 3C, 1}), out
-// and dout can be [B, T, NH, HS] in memory (strides {T*C, HS, C, 1}: the [B, T, C] the output
-// projection reads), and dq, dk, dv can be written side by side into one [B, T, 3C] gradient; a
-// stride set left all zero means contiguous [B, NH, T, HS]. stats is contiguous [B, NH, T] f32.
+// and dout (one layout) can be [B, T, NH, HS] in memory (strides {T*C, HS, C, 1}: the [B, T, C]
+// the output projection reads), and dq, dk, dv (one layout) can be written side by side into one
+// [B, T, 3C] gradient; a stride set left all zero means contiguous [B, NH, T, HS]. stats is contiguous [B, NH, T] f32.
 // Every pointer must be 16-byte aligned (cuDNN's vector loads; checked by the frontend at
 // execution).
 // Precision: bf16 in and out, f32 scores, softmax and statistics; the probabilities enter the
@@ -33,13 +33,14 @@
 
 namespace zdl::kernels::cuda {
 
-// One attention problem: q, k, v [b, nh, t, hs] with their element strides, and the strides of
-// out (written by the forward, read by the backward), dout, dq, dk, dv (all zero: contiguous).
+// One attention problem: q, k, v [b, nh, t, hs] with their element strides; the strides of out
+// and dout (one layout: the forward writes out, the backward reads both) and of dq, dk, dv (one
+// layout, three pointers). All zero: contiguous.
 struct SdpaProblem {
   DType dtype = DType::BF16;
   int64_t b = 0, nh = 0, t = 0, hs = 0;
   std::array<int64_t, 4> q_stride{}, k_stride{}, v_stride{};
-  std::array<int64_t, 4> o_stride{}, do_stride{}, dq_stride{}, dk_stride{}, dv_stride{};
+  std::array<int64_t, 4> o_stride{}, dqkv_stride{};
 };
 
 enum class SdpaPass { Forward, Backward };
