@@ -1,17 +1,51 @@
 #include "core/allocator.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <limits>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#include <mutex>
 #include <new>
+#include <unordered_set>
 
 #include "core/check.h"
+#include "core/device_copy.h"
 
 namespace zdl {
 
 namespace {
+
+thread_local bool t_pinned_host = false;
+
+// The page-locked blocks handed out under a PinnedHostScope: a free must go back to the CUDA
+// runtime. Looked up only while some exist, so CPU runs never take the lock.
+class PinnedBlocks {
+ public:
+  void add(void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks_.insert(p);
+    live_.store(blocks_.size(), std::memory_order_relaxed);
+  }
+  bool remove(void* p) noexcept {
+    if (live_.load(std::memory_order_relaxed) == 0) return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool found = blocks_.erase(p) > 0;
+    live_.store(blocks_.size(), std::memory_order_relaxed);
+    return found;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_set<void*> blocks_;
+  std::atomic<size_t> live_{0};
+};
+
+PinnedBlocks& pinned_blocks() {
+  static PinnedBlocks b;
+  return b;
+}
 
 class CpuAllocator final : public Allocator {
  public:
@@ -29,6 +63,16 @@ class CpuAllocator final : public Allocator {
 
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
+    if (t_pinned_host) {
+      void* p = pinned_host_allocate(bytes);
+      try {
+        pinned_blocks().add(p);
+      } catch (...) {
+        pinned_host_free(p);
+        throw;
+      }
+      return p;
+    }
     // Blocks of 64 KiB and more start on a page: NVMe offload's direct I/O moves them without a
     // bounce copy (dist/offload/nvme_store.h).
     const size_t align = bytes >= (64 << 10) ? 4096 : kCpuAlignment;
@@ -37,10 +81,16 @@ class CpuAllocator final : public Allocator {
     if (!p) throw OutOfMemoryError(detail::str("out of host memory allocating ", bytes, " bytes"));
     return p;
   }
-  void deallocate(void* ptr, size_t) noexcept override { std::free(ptr); }
+  void deallocate(void* ptr, size_t) noexcept override {
+    if (pinned_blocks().remove(ptr)) pinned_host_free(ptr);
+    else std::free(ptr);
+  }
 };
 
 }  // namespace
+
+PinnedHostScope::PinnedHostScope() : prev_(t_pinned_host) { t_pinned_host = true; }
+PinnedHostScope::~PinnedHostScope() { t_pinned_host = prev_; }
 
 Allocator& allocator_for(Device device) {
   static CpuAllocator cpu;

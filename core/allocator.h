@@ -20,6 +20,20 @@ class Allocator {
 // The allocator serving a device; throws when the build lacks CUDA.
 Allocator& allocator_for(Device device);
 
+// CPU storages allocated on this thread while alive are page-locked (core/device_copy.h), so the
+// GPU's copy engine moves them while the host computes (optimizer offload's host tier); freeing
+// them later needs no scope. Scopes nest. Plain host memory in a CPU build.
+class PinnedHostScope {
+ public:
+  PinnedHostScope();
+  ~PinnedHostScope();
+  PinnedHostScope(const PinnedHostScope&) = delete;
+  PinnedHostScope& operator=(const PinnedHostScope&) = delete;
+
+ private:
+  bool prev_;
+};
+
 constexpr size_t kCpuAlignment = 64;
 
 // Implemented in core/cuda_runtime.cpp when ZDL_CUDA is on (core/cuda_stub.cpp throws).

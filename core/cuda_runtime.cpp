@@ -1,6 +1,7 @@
 // CUDA build: device discovery, the stream-ordered allocator (cudaMallocAsync pools, so a
 // freed block is not handed out again before the work queued on its stream has run), byte
-// copies, and the checks after kernel launches.
+// copies (synchronous, and queued beside the compute stream), page-locked host memory, and the
+// checks after kernel launches.
 //
 // Failure handling: a free runs in destructors (also while an exception unwinds), so it never
 // throws; its error is recorded (the first one wins), printed once, and thrown by the next
@@ -8,6 +9,7 @@
 // fault is reported by the launch that caused it (slow: for finding a bug, not for training).
 #include <cuda_runtime.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -183,6 +185,88 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
                                               : cudaMemcpyDeviceToDevice;
   ZDL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, cudaStreamPerThread));
   ZDL_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+}
+
+// ---- copies beside the compute stream ([Note: copies beside the compute stream]) ----
+
+struct CopyEvent {
+  cudaEvent_t done = nullptr;
+  ~CopyEvent() {
+    if (done != nullptr) (void)cudaEventDestroy(done);  // legal while the copy still runs
+  }
+};
+
+namespace {
+
+// The copy stream of the current device, made at its first use (non-blocking: it never waits
+// for the legacy default stream).
+cudaStream_t copy_stream() {
+  static std::mutex mu;
+  static std::array<cudaStream_t, 64> streams{};
+  int dev = 0;
+  ZDL_CUDA_CHECK(cudaGetDevice(&dev));
+  ZDL_CHECK(dev >= 0 && dev < 64, "copy stream: device index ", dev, " out of range");
+  std::lock_guard<std::mutex> lock(mu);
+  if (streams[static_cast<size_t>(dev)] == nullptr)
+    ZDL_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[static_cast<size_t>(dev)], cudaStreamNonBlocking));
+  return streams[static_cast<size_t>(dev)];
+}
+
+cudaEvent_t new_event() {
+  cudaEvent_t e = nullptr;
+  ZDL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+
+}  // namespace
+
+CopyTicket copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return nullptr;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return nullptr;
+  }
+  ZDL_CHECK(dst_device.is_cpu() != src_device.is_cpu(), "copy_bytes_async ", src_device.str(), " -> ",
+            dst_device.str(), ": only copies between the host and a GPU run beside the compute stream");
+  const cudaStream_t cs = copy_stream();
+  {
+    CopyEvent queued{new_event()};  // everything on the compute stream so far comes first
+    ZDL_CUDA_CHECK(cudaEventRecord(queued.done, cudaStreamPerThread));
+    ZDL_CUDA_CHECK(cudaStreamWaitEvent(cs, queued.done, 0));
+  }
+  const cudaMemcpyKind kind = dst_device.is_cpu() ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
+  ZDL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, cs));
+  auto ticket = std::make_shared<CopyEvent>();
+  ticket->done = new_event();
+  ZDL_CUDA_CHECK(cudaEventRecord(ticket->done, cs));
+  // The compute stream's later work (a forward reading the parameters) waits for the bytes.
+  if (!dst_device.is_cpu()) ZDL_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamPerThread, ticket->done, 0));
+  return ticket;
+}
+
+void wait_copy(const CopyTicket& ticket) {
+  if (!ticket) return;
+  const cudaError_t err = cudaEventSynchronize(ticket->done);
+  if (err != cudaSuccess) {
+    throw_recorded_error();
+    throw Error(detail::str("CUDA error while waiting for a copy between host and GPU: ", cudaGetErrorString(err)));
+  }
+}
+
+void* pinned_host_allocate(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw OutOfMemoryError(detail::str("cudaHostAlloc of ", bytes, " bytes (page-locked host memory) failed: ",
+                                       cudaGetErrorString(err)));
+  }
+  return p;
+}
+
+void pinned_host_free(void* ptr) noexcept {
+  const cudaError_t err = cudaFreeHost(ptr);
+  if (err != cudaSuccess) record_error("cudaFreeHost", err);
 }
 
 void zero_bytes(void* dst, Device device, size_t bytes) {

@@ -1,4 +1,5 @@
 // CPU-only build: the CUDA entry points exist and say clearly that CUDA is not compiled in.
+#include <cstdlib>
 #include <cstring>
 
 #include "core/allocator.h"
@@ -24,6 +25,24 @@ void zero_bytes(void* dst, Device device, size_t bytes) {
   ZDL_CHECK(device.is_cpu(), "zero on ", device.str(), ": this zerodl build has no CUDA support");
   std::memset(dst, 0, bytes);
 }
+
+struct CopyEvent {};
+
+CopyTicket copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  copy_bytes(dst, dst_device, src, src_device, bytes);
+  return nullptr;
+}
+
+void wait_copy(const CopyTicket&) {}
+
+void* pinned_host_allocate(size_t bytes) {
+  const size_t rounded = (bytes + 4095) / 4096 * 4096;
+  void* p = std::aligned_alloc(4096, rounded);
+  if (!p) throw OutOfMemoryError(detail::str("out of host memory allocating ", bytes, " bytes"));
+  return p;
+}
+
+void pinned_host_free(void* ptr) noexcept { std::free(ptr); }
 
 DeviceInfo cuda_device_info(int index) {
   throw Error(detail::str("cuda:", index, ": this zerodl build has no CUDA support"));

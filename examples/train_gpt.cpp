@@ -143,8 +143,9 @@ void add_zero_flags(CLI::App& app, Args& a) {
                  "memory cap in bytes per rank; going over it is a clear out-of-memory error (0: none)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--offload-optimizer", a.offload_optimizer,
-                 "where Adam's moments (and bf16's f32 masters) live: none, cpu (on CPU ranks the same as none) or "
-                 "nvme (files under --offload-dir, read one unit ahead; bit-identical)")
+                 "where Adam's moments and the f32 masters live: none, cpu (on a GPU: host memory, updated by the "
+                 "CPU; on CPU ranks the same as none) or nvme (CPU ranks: files under --offload-dir, read one unit "
+                 "ahead); bit-identical either way")
       ->check(CLI::IsMember({"none", "cpu", "nvme"}));
   app.add_option("--offload-params", a.offload_params,
                  "ZeRO-3's parameter shards: none or nvme (files under --offload-dir, read ahead of each gather)")

@@ -4,12 +4,13 @@
 
 namespace zdl::nn {
 
-TrainingMemoryFloor training_memory_floor(const GPTConfig& c, int64_t batch, int64_t seq, int world) {
+TrainingMemoryFloor training_memory_floor(const GPTConfig& c, int64_t batch, int64_t seq, int world,
+                                          bool optimizer_offloaded) {
   TrainingMemoryFloor f;
   const double V = static_cast<double>(c.padded_vocab());
   const double rows = static_cast<double>(std::max<int64_t>(1, batch / world));
   f.parameters = c.num_parameters();
-  f.states = 16 * f.parameters / world;
+  f.states = (optimizer_offloaded ? 8 : 16) * f.parameters / world;
   f.logits = rows * static_cast<double>(seq) * V * 8;
   return f;
 }

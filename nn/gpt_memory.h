@@ -10,13 +10,15 @@ namespace zdl::nn {
 
 struct TrainingMemoryFloor {
   double parameters = 0;  // the model's count
-  double states = 0;      // bytes: 16 per parameter (value, gradient, two Adam moments) over the ranks
+  double states = 0;      // bytes: 16 per parameter (value, gradient, two Adam moments) over the ranks;
+                          // 8 with the optimizer states offloaded (host memory or NVMe)
   double logits = 0;      // bytes: one micro-batch's logits and their gradient, 8 per entry
   double total() const { return states + logits; }
 };
 
 // For a global batch of `batch` sequences of `seq` tokens over `world` ranks (batch / world rows
 // per rank, at least 1). In double: configs far too large to build must still be measured.
-TrainingMemoryFloor training_memory_floor(const GPTConfig& c, int64_t batch, int64_t seq, int world);
+TrainingMemoryFloor training_memory_floor(const GPTConfig& c, int64_t batch, int64_t seq, int world,
+                                          bool optimizer_offloaded = false);
 
 }  // namespace zdl::nn

@@ -15,6 +15,7 @@
 #   mpi        test_dist_mpi's GPU tests at N = 2 and 4 (ranks share the GPU: MPI host staging)
 #   dist       test_dist's GPU tests (NCCL with one rank, the local backend on GPU tensors)
 #   stages     bench/gpu/run_stages.sh (GPT-2 124M step time by ZeRO stage, local and NCCL backend)
+#   offload    bench/gpu/run_offload.sh (GPT-2 124M with the optimizer states in host memory vs not)
 #   attention  bench/gpu/run_attention.sh (cuDNN fused attention vs zerodl's kernels)
 #   memcheck   compute-sanitizer memcheck over test_cuda's kernel suites
 #   profile    one GPT-2 124M step's GPU time by kernel (Nsight Compute's ncu, durations only;
@@ -35,7 +36,7 @@ if [ ! -d "$C" ] && [ -f "$C.tar.xz" ]; then  # the packed folder: unpack it bes
 fi
 [ -x "$C/build/tests/test_cuda" ] || { echo "gpu_check: no $C/build (make it with scripts/gpu_pack.sh)" >&2; exit 1; }
 B="$C/build"
-STAGES="${ZDL_GPU_STAGES:-libs cuda train cli gpt2 mpi dist stages attention memcheck profile}"
+STAGES="${ZDL_GPU_STAGES:-libs cuda train cli gpt2 mpi dist stages offload attention memcheck profile}"
 BUDGET="${ZDL_GPU_BUDGET_S:-480}"
 RESULTS="${OUT:-$root/gpu_check.out}"
 mkdir -p "$RESULTS"
@@ -167,6 +168,13 @@ stages_stage() {
   return $rc
 }
 
+offload_stage() {
+  t bash "$root/bench/gpu/run_offload.sh" "$B"
+  local rc=$?
+  NOTE="$(grep -E '^[03] ' "$LOGS/offload.log" | awk '{printf "%s%s/%s %s ms %s GiB", s, $1, $2, $3, $5; s="; "}')"
+  return $rc
+}
+
 attention_stage() {
   t bash "$root/bench/gpu/run_attention.sh" "$B"
   local rc=$?
@@ -220,6 +228,7 @@ main() {
   stage mpi 60 mpi_stage
   stage dist 30 dist_stage
   stage stages 120 stages_stage
+  stage offload 120 offload_stage
   stage attention 40 attention_stage
   stage memcheck 120 memcheck_stage
   stage profile 120 profile_stage

@@ -18,33 +18,17 @@
 # Exit status: 0 when every run it started worked, and also when there is no GPU (it says so and
 # measures nothing); 1 when a run failed or train_gpt is missing.
 set -uo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-build="${1:-$root/build-gpu}"
-case "$build" in /*) ;; *) build="$root/$build" ;; esac
-exe="$build/examples/train_gpt"
+NAME=run_gpt2
+source "$(dirname "$0")/common.sh"
 B="${ZDL_BENCH_BATCH:-16}"
 T=1024
 W="${ZDL_BENCH_WARMUP:-3}"
 S="${ZDL_BENCH_STEPS:-10}"
-PY="${PYTHON:-python3}"
-
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
-  echo "run_gpt2: no GPU visible (nvidia-smi lists none): nothing measured"
-  exit 0
-fi
-if [ ! -x "$exe" ]; then
-  echo "run_gpt2: no $exe (build it: cmake --build $build --target train_gpt)"
-  exit 1
-fi
 if ! "$exe" --help 2>&1 | grep -- "--device" >/dev/null; then
   echo "run_gpt2: $exe has no --device flag"
   exit 1
 fi
 gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-work="$(mktemp -d /tmp/zdl_bench_gpt2.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
-"$PY" -c "import os; open('$work/data.bin', 'wb').write(os.urandom(16 << 20))" ||
-  head -c $((16 << 20)) /dev/urandom >"$work/data.bin"
 echo "run_gpt2: GPT-2 124M, batch $B x $T, bf16, $W warm-up + $S timed steps on $gpu"
 
 peak_args=()
@@ -58,8 +42,8 @@ zerodl() {
   local stage=$1 m="$work/zero$1.jsonl"
   # One rank on NCCL: the collectives' real code path (the local backend only copies).
   echo "+ train_gpt --device cuda --zero-stage $stage --dist-backend nccl ..."
-  if ! "$exe" --device cuda --zero-stage "$stage" --dist-backend nccl --dtype bf16 --data "$work/data.bin" --n-layer 12 --n-head 12 \
-      --n-embd 768 --seq "$T" --batch "$B" --vocab-size 50257 --vocab-multiple 128 --steps $((W + S)) --warmup 2 \
+  if ! "$exe" --device cuda --zero-stage "$stage" --dist-backend nccl --dtype bf16 --data "$work/data.bin" "${GPT2[@]}" \
+      --batch "$B" --steps $((W + S)) --warmup 2 \
       --lr 6e-4 --grad-clip 1.0 --eval-every 0 --log-every 1 --metrics "$m" "${peak_args[@]}" 2>&1 | tail -n 4; then
     echo "run_gpt2: zerodl stage $stage failed"
     failed=1

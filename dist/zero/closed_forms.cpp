@@ -62,6 +62,13 @@ std::map<MemoryCategory, int64_t> offloaded_bytes_closed_form(ZeroStage stage, c
   return out;
 }
 
+std::map<MemoryCategory, int64_t> host_tier_bytes_closed_form(ZeroStage stage, const OffloadOptions& o, int64_t P,
+                                                              int64_t N, ElementBytes e) {
+  if (o.optimizer != OffloadTarget::Cpu) return {};
+  const int64_t updated = is_sharded(stage, ModelState::OptimizerStates) ? P / N : P;  // master elements
+  return {{MemoryCategory::OptimizerState, 12 * updated}, {MemoryCategory::GradientShard, e.s * updated}};
+}
+
 OffloadTraffic offload_traffic_closed_form(ZeroStage stage, const OffloadOptions& o, int64_t P, int64_t N,
                                            ElementBytes e, int64_t micro_steps) {
   OffloadTraffic t;

@@ -24,9 +24,10 @@ StagePolicy StagePolicy::of(ZeroStage s) {
   return {};
 }
 
-StagePolicy StagePolicy::of(ZeroStage s, const OffloadOptions& o) {
+StagePolicy StagePolicy::of(ZeroStage s, const OffloadOptions& o, Device device) {
   StagePolicy p = of(s);
   p.optimizer_on_nvme = o.optimizer == OffloadTarget::Nvme;
+  p.optimizer_on_host = o.optimizer == OffloadTarget::Cpu && (device.is_cuda() || o.host_tier_on_cpu_ranks);
   p.params_on_nvme = o.params == OffloadTarget::Nvme;
   return p;
 }

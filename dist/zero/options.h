@@ -30,8 +30,9 @@ enum class GradReduction { Exact, Native };
 enum class ZeroStage : int { DDP = 0, One = 1, Two = 2, Three = 3 };
 
 // Where a model state lives between its uses, beyond this rank's memory (docs/offload.md).
-//   None: in memory (the device's). Cpu: host memory; on CPU ranks that is where every state
-//     already is, so it is the same as None (it matters on a GPU, where it is not supported yet).
+//   None: in memory (the device's). Cpu: host memory (optimizer states only): on a GPU the
+//     masters and Adam moments live on the host and the CPU runs the update ([Note: host tier] in
+//     dist/zero/param_unit.cpp); on CPU ranks every state already lives there, so it is None.
 //   Nvme: the rank's scratch file under OffloadOptions::dir, fetched one unit ahead of use.
 enum class OffloadTarget { None, Cpu, Nvme };
 
@@ -51,6 +52,10 @@ struct OffloadOptions {
   // optimizer states held in memory outside the step, so their reads run under the backward and
   // their writes under the next forward instead of in the step. 0: the states move in the step only.
   int64_t window_bytes = 0;
+  // Tests: optimizer offload to cpu on CPU ranks takes the GPU's host-tier path (separate host
+  // masters, the exchange buffer, the copies), the "device" being host memory too, so its
+  // bookkeeping is checked where there is no GPU. Costs memory for nothing otherwise.
+  bool host_tier_on_cpu_ranks = false;
   bool any_nvme() const { return optimizer == OffloadTarget::Nvme || params == OffloadTarget::Nvme; }
 };
 
@@ -70,8 +75,9 @@ struct StagePolicy {
   // Offload (docs/offload.md): where the states live between uses; the arithmetic never changes.
   bool optimizer_on_nvme = false;  // moments and separate masters in the scratch file
   bool params_on_nvme = false;     // parameter shards in the scratch file (stage 3)
+  bool optimizer_on_host = false;  // masters and moments in host memory, updated by the CPU (a GPU run)
   static StagePolicy of(ZeroStage s);
-  static StagePolicy of(ZeroStage s, const OffloadOptions& o);
+  static StagePolicy of(ZeroStage s, const OffloadOptions& o, Device device);
 };
 
 struct ZeroOptions {

@@ -1,10 +1,13 @@
 #include "dist/zero/param_unit.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "core/allocator.h"
 #include "dist/zero/quantized_reduce.h"
 #include "kernels/cpu/quantize.h"
 
@@ -64,6 +67,14 @@ ParamUnit::ParamUnit(std::string name, int index, std::vector<ParamSlot> slots, 
   shard_begin_ = ctx_.shards->rank() * shard_size_;
   const StagePolicy& pol = ctx_.policy;
   local_accumulation_ = !exact() && (!pol.shard_gradients || (ctx_.no_sync && !pol.shard_parameters));
+}
+
+ParamUnit::~ParamUnit() {
+  try {
+    wait_copy(grads_down_);
+    wait_copy(params_up_);
+  } catch (...) {  // destructors do not throw; the device keeps the error for the next synchronize
+  }
 }
 
 std::vector<Segment> ParamUnit::segments(int64_t begin, int64_t end) const {
@@ -128,11 +139,24 @@ void ParamUnit::place_offloaded() {
   }
 }
 
+// [Note: host tier] Optimizer offload to cpu on a GPU (ZeRO-Offload): the masters and Adam's
+// moments live in host memory and the CPU updates them, so the device keeps only parameters and
+// gradients. Per unit, one page-locked host buffer of the master's size in the compute dtype, the
+// exchange, carries both ways: the reduced gradient shard goes down into it as soon as the unit's
+// last reduction finishes (beside the compute stream, while the backward computes the earlier
+// units); after the CPU's update the new master is cast into it (f32 -> compute dtype, on the host)
+// and goes up into the device's parameters, while the CPU updates the next unit; the next forward's
+// kernels wait for it on the device, not on the host. The master is always a buffer of its own
+// (an f32 run's too). The arithmetic is the GPU update's, term for term (kernels/cpu/optim.cpp,
+// kernels/cuda/optim.cu, both without contractions), and the casts round alike: the same bits as
+// the run without offload. The host never touches the exchange while a copy of it is in flight
+// (wait_copy first); the copy stream runs its copies in order.
 void ParamUnit::allocate_params() {
   const StagePolicy& pol = ctx_.policy;
   const DType ct = ctx_.compute_dtype, mt = master_dtype(ct);
-  separate_master_ = ct != mt;
+  separate_master_ = ct != mt || pol.optimizer_on_host;
   const Device dev = ctx_.device;  // [Note: device] in partitioner.cpp
+  const Device master_dev = pol.optimizer_on_host ? Device::cpu() : dev;
 
   // Full parameters: one storage for the unit, released under ZeRO-3 until gathered.
   full_ = flat_storage(pol.shard_parameters, MemoryCategory::Parameter, "unit " + name_,
@@ -148,7 +172,7 @@ void ParamUnit::allocate_params() {
     master_begin_ = 0;
     if (separate_master_) {
       MemoryScope ms(MemoryCategory::OptimizerState);
-      master_ = Tensor::empty({padded_}, mt, dev);
+      master_ = Tensor::empty({padded_}, mt, master_dev);
       init_range(0, master_);
       full_flat_.copy_(master_);
     } else {
@@ -163,7 +187,7 @@ void ParamUnit::allocate_params() {
     }
     if (separate_master_) {
       MemoryScope ms(MemoryCategory::OptimizerState);
-      master_ = Tensor::empty({shard_size_}, mt, dev);
+      master_ = Tensor::empty({shard_size_}, mt, master_dev);
       init_range(shard_begin_, master_);
       param_shard_.copy_(master_);
     } else {
@@ -177,13 +201,33 @@ void ParamUnit::allocate_params() {
     if (separate_master_) {
       full_flat_.copy_(init_full);
       MemoryScope ms(MemoryCategory::OptimizerState);
-      master_ = Tensor::empty({shard_size_}, mt, dev);
+      master_ = Tensor::empty({shard_size_}, mt, master_dev);
       master_.copy_(slice(init_full, 0, shard_begin_, shard_begin_ + shard_size_));
     } else {
       master_ = own_block_of_full();
     }
   }
+  if (pol.optimizer_on_host) {
+    MemoryScope ms(MemoryCategory::GradientShard);
+    std::optional<PinnedHostScope> pinned;
+    if (dev.is_cuda()) pinned.emplace();
+    exchange_ = Tensor::empty({master_.numel()}, ct, Device::cpu());
+    exchange_.zero_();
+  }
 }
+
+void ParamUnit::params_from_master(const Tensor& dst) {
+  if (!exchange_.defined()) {
+    dst.copy_(master_);
+    return;
+  }
+  wait_copy(std::exchange(grads_down_, nullptr));  // a load between steps: a download may be in flight
+  wait_copy(std::exchange(params_up_, nullptr));
+  exchange_.copy_(master_);
+  params_up_ = copy_bytes_async(dst.raw_data(), dst.device(), exchange_.raw_data(), Device::cpu(), dst.nbytes());
+}
+
+void ParamUnit::wait_host_grads() { wait_copy(std::exchange(grads_down_, nullptr)); }
 
 void ParamUnit::allocate_grads() {
   const StagePolicy& pol = ctx_.policy;
@@ -366,20 +410,20 @@ void ParamUnit::refresh_params() {
     if (separate_master_) {
       Resident r({master_off_.get()});
       r.wait();
-      full_flat_.copy_(master_);
+      params_from_master(full_flat_);
     }
   } else if (pol.shard_parameters) {
     if (separate_master_) {
       Resident r({master_off_.get()}, {}, {shard_off_.get()});  // the shard is cast whole from the master
       r.wait();
-      param_shard_.copy_(master_);
+      params_from_master(param_shard_);
     }
   } else if (pol.gather_after_step) {
     Tensor own = own_block_of_full();
     if (separate_master_) {
       Resident r({master_off_.get()});
       r.wait();
-      own.copy_(master_);
+      params_from_master(own);
     }
     ctx_.before_collective(CommPhase::PostStepGather, *this);
     CommPhaseScope ps(CommPhase::PostStepGather);
@@ -480,6 +524,9 @@ void ParamUnit::finish_reduce() {
       grad_full_->release();
     }
   }
+  if (p->last && exchange_.defined())  // [Note: host tier]: down while the backward goes on
+    grads_down_ = copy_bytes_async(exchange_.raw_data(), Device::cpu(), grad_shard_.raw_data(), grad_shard_.device(),
+                                   exchange_.nbytes());
   ctx_.trace(TraceKind::ReduceEnd, *this, std::nullopt);
 }
 
@@ -537,6 +584,7 @@ void ParamUnit::zero_grad() {
   ZDL_CHECK(!pending_reduce_, ctx_.comm->prefix(), " unit ", name_, ": zero_grad with a reduction in flight");
   drop_secondary();  // a forward no backward followed
   grad_partials_.clear();  // a step abandoned mid-accumulation
+  wait_host_grads();       // a step skipped: the download must not read the zeroing below
   grad_state_ = GradState::Empty;
   training_ = TrainingState::Idle;
   if (!ctx_.policy.shard_gradients) {
@@ -548,7 +596,7 @@ void ParamUnit::zero_grad() {
 }
 
 OptimizerShard ParamUnit::optimizer_shard() const {
-  OptimizerShard s{master_, grad_shard_, master_begin_, segments(master_begin_, master_begin_ + master_.numel()), {}};
+  OptimizerShard s{master_, exchange_.defined() ? exchange_ : grad_shard_, master_begin_, segments(master_begin_, master_begin_ + master_.numel()), {}};
   if (master_off_) s.offloaded.push_back(master_off_.get());
   else if (shard_off_ && master_.same(param_shard_)) s.offloaded.push_back(shard_off_.get());  // f32 ZeRO-3
   return s;

@@ -19,6 +19,9 @@
 //   grad_shard  Psi_u/N x s          GradientShard  stage 2-3 (stage 1: a view of grad_full)
 //   secondary   Psi_u/R x s          ParameterShard hpZ (stage 3): from a unit's forward to its
 //                                                    backward, R = the group's ranks on this node
+//   exchange    master-sized x s     GradientShard  optimizer offload to cpu on a GPU: page-locked
+//               host memory carrying the reduced gradients down and the new parameters up
+//               ([Note: host tier] in param_unit.cpp); the master is then always a host buffer
 // Adam's moments are the optimizer's (dist/zero/zero_adamw.h), shaped like the master.
 // Offload (docs/offload.md): with StagePolicy::params_on_nvme the param_shard, and with
 // optimizer_on_nvme a separate master, live in the rank's NVMe store between uses
@@ -29,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device_copy.h"
 #include "dist/comm/communicator.h"
 #include "dist/offload/offloaded_buffer.h"
 #include "dist/zero/options.h"
@@ -129,6 +133,7 @@ class ParamUnit {
   // Lays the slots out (their offsets are set here) padded to a multiple of the world size.
   // No bytes until allocate().
   ParamUnit(std::string name, int index, std::vector<ParamSlot> slots, const UnitContext& ctx);
+  ~ParamUnit();  // waits for the host tier's copies in flight: their buffers go with the unit
   ParamUnit(const ParamUnit&) = delete;
   ParamUnit& operator=(const ParamUnit&) = delete;
 
@@ -183,6 +188,9 @@ class ParamUnit {
   void prefetch_shard();
   // Offload: finishes this unit's writes in flight and frees their bytes.
   void settle_offload();
+  // Optimizer offload to cpu on a GPU: waits until the reduced gradients reached the host (the
+  // optimizer step reads them there). A no-op otherwise.
+  void wait_host_grads();
   // hpZ: whether this unit holds its secondary partition (between its forward and backward).
   bool has_secondary() const { return secondary_.defined(); }
 
@@ -217,6 +225,9 @@ class ParamUnit {
   void store_reduced(const Tensor& v);
   bool exact() const { return ctx_.reduction == GradReduction::Exact; }
   Tensor own_block_of_full() const;  // this rank's block of the full parameters (stages 1-2)
+  // The compute-dtype parameters `dst` (contiguous, the master's size) cast from the master: on
+  // the master's device, or with the host tier on the host and copied up beside the compute stream.
+  void params_from_master(const Tensor& dst);
   void keep_secondary();
   void drop_secondary();
   std::shared_ptr<Work> quantized_gather();
@@ -240,6 +251,8 @@ class ParamUnit {
   bool separate_master_ = false;  // master has its own buffer (mixed precision): cast after updates
   std::unique_ptr<OffloadedBuffer> shard_off_;   // param_shard_ on NVMe
   std::unique_ptr<OffloadedBuffer> master_off_;  // a separate master_ on NVMe
+  Tensor exchange_;                                  // the host tier's buffer ([Note: host tier])
+  CopyTicket grads_down_, params_up_;                // its copies in flight
   Tensor secondary_;  // hpZ: this node rank's block of the gathered parameters, forward to backward
   Tensor quant_send_, quant_recv_;  // qwZ: this rank's record and the K gathered, while in flight
   Storage grad_full_;

@@ -120,7 +120,7 @@ ZeroPartitioner::ZeroPartitioner(std::shared_ptr<Communicator> comm, ZeroOptions
       .secondary_partition = options_.secondary_partition,
       .across_nodes = across_nodes_.get(),
       .quantize_weights = options_.quantize_weights,
-      .policy = StagePolicy::of(options_.stage, options_.offload),
+      .policy = StagePolicy::of(options_.stage, options_.offload, options_.device),
       .compute_dtype = options_.compute_dtype,
       .device = options_.device,
       .reduction = options_.reduction,
@@ -141,9 +141,8 @@ void ZeroPartitioner::check_offload_options() const {
   ZDL_CHECK(o.params != OffloadTarget::Nvme || options_.stage == ZeroStage::Three, p,
             " parameter offload moves ZeRO-3's parameter shards, but ", stage_title(options_.stage),
             " keeps every parameter in memory on every rank; use ZeRO-3 (--zero-stage 3)");
-  ZDL_CHECK(options_.device.is_cpu() || (o.optimizer == OffloadTarget::None && o.params == OffloadTarget::None), p,
-            " offload runs on CPU ranks in this version of zerodl; on ", options_.device.str(),
-            " use offload none (docs/offload.md)");
+  ZDL_CHECK(options_.device.is_cpu() || !o.any_nvme(), p, " NVMe offload runs on CPU ranks in this version of zerodl; on ",
+            options_.device.str(), " offload the optimizer to cpu, or use none (docs/offload.md)");
   ZDL_CHECK(!o.any_nvme() || !o.dir.empty(), p, " NVMe offload needs a directory for its scratch files (--offload-dir)");
   ZDL_CHECK(o.window_bytes >= 0, p, " the optimizer offload window must be >= 0 bytes, got ", o.window_bytes);
   ZDL_CHECK(o.window_bytes == 0 || o.optimizer == OffloadTarget::Nvme, p,
@@ -561,6 +560,7 @@ void ZeroPartitioner::begin_optimizer_step(const char* what) {
   refreshed_ = 0;
   finish_reduction();  // normally done when backward() returned
   check_gradients_complete(what);
+  for (auto& u : units_) u->wait_host_grads();  // optimizer offload to cpu: the update reads them on the host
   emit(TraceKind::StepBegin, nullptr);
   if (window_) window_->step_begins();  // a window read still running is the step's wait
 }

@@ -100,7 +100,7 @@ void ZeroAdamW::step(double grad_scale) {
 void ZeroAdamW::update(size_t i, double grad_scale) {
   const OptimizerShard& s = shards_[i];
 #ifdef ZDL_WITH_CUDA
-  if (zero_.options().device.is_cuda()) {
+  if (s.master.device().is_cuda()) {  // not with optimizer offload to cpu: the host updates
     if (device_chunks_.size() != shards_.size()) build_device_tables();
     kernels::cpu::AdamWParams h{options_.lr, options_.beta1, options_.beta2, options_.eps, 0.0, step_};
     const int64_t n = device_chunk_counts_[i];

@@ -9,9 +9,11 @@
 // GPT-2 training does). On a GPU (ZeroOptions::device) one kernel per unit updates all its
 // segments (kernels/cuda/optim.h), from a table of (offset, size, decay) chunks built at the
 // first step and kept on the device. The moments are this optimizer's, allocated when it is
-// made: f32 (f64 for f64 runs), sized like the master: full under DDP, 1/N otherwise. With
-// optimizer offload they live in the manager's NVMe store and are brought in one unit ahead of
-// their update ([Note: the step unit by unit]). The manager must outlive the optimizer.
+// made on the master's device: f32 (f64 for f64 runs), sized like the master: full under DDP, 1/N
+// otherwise. With optimizer offload to nvme they live in the manager's NVMe store and are brought
+// in one unit ahead of their update ([Note: the step unit by unit]); with offload to cpu on a GPU
+// the master is a host buffer, so the moments live on the host too and the CPU loop updates them
+// ([Note: host tier] in param_unit.cpp). The manager must outlive the optimizer.
 //
 //   dist::ZeroAdamW opt(zero, {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95}, /*weight_decay=*/0.1);
 //   opt.set_lr(sched.lr(step)); opt.step(zero.clip_grad_norm(1.0)); zero.zero_grad();

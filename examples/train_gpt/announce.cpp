@@ -96,6 +96,14 @@ void print_run(const Session& x, const DeviceInfo& gpu, int64_t first_step, cons
                             " units (", format_bytes(w->bytes()),
                             ") outside the step: read under the backward, written under the next forward"));
   }
+  if (x.zero.policy().optimizer_on_host) {
+    const MemoryStats host = memory_ledger().stats(Device::cpu());
+    say(detail::str("offload: optimizer cpu | rank 0 keeps its masters and Adam moments in host memory (",
+                    format_bytes(host.current_of(MemoryCategory::OptimizerState)),
+                    ") and the CPU updates them; gradients go down and parameters up beside the GPU's compute"));
+  } else if (s.offload.optimizer == dist::OffloadTarget::Cpu) {
+    say("offload: optimizer cpu on CPU ranks: the states already live in host memory (the same as none)");
+  }
   if (s.resumed) say(detail::str("resumed from ", a.resume, " at step ", first_step));
 }
 

@@ -75,7 +75,9 @@ void check_sampling(const Args& a, const CLI::App& app, const Setup& s, bool gpt
 // A model whose states alone cannot fit in this machine's memory (or its GPU's) cannot work:
 // said at startup, not by a failed allocation (or the OOM killer) part way through building it.
 void check_model_fits_in_memory(const nn::GPTConfig& c, const Args& a, int world, Device dev) {
-  const nn::TrainingMemoryFloor need = nn::training_memory_floor(c, a.batch, a.seq, world);
+  // Offloaded optimizer states (to the host from a GPU, or to NVMe) leave the device's memory.
+  const bool offloaded = a.offload_optimizer == "nvme" || (a.offload_optimizer == "cpu" && dev.is_cuda());
+  const nn::TrainingMemoryFloor need = nn::training_memory_floor(c, a.batch, a.seq, world, offloaded);
   const double have = static_cast<double>(device_info(dev).total_bytes);
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
   if (have > 0 && need.total() > have)
@@ -103,8 +105,6 @@ void check_offload(const Args& a, const CLI::App& app, Setup& s, int world, int 
     for (const char* flag : {"--offload-dir", "--offload-io"})
       if (given(app, flag))
         throw UsageError(std::string(flag) + " applies to --offload-optimizer nvme or --offload-params nvme");
-    if (o.optimizer == dist::OffloadTarget::Cpu && dev.is_cuda())
-      throw UsageError("--offload-optimizer cpu on a GPU is not supported yet; on CPU ranks it is the same as none");
     return;
   }
   if (dev.is_cuda()) throw UsageError("--offload-* nvme runs on CPU ranks (--device cpu) in this version");

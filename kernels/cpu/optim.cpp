@@ -28,6 +28,8 @@ void adamw_update(int64_t n, T* param, const G* grad, opt_state_t<T>* m, opt_sta
   const A b1 = static_cast<A>(h.beta1), b2 = static_cast<A>(h.beta2), eps = static_cast<A>(h.eps);
   const A lr = static_cast<A>(h.lr), wd = static_cast<A>(h.weight_decay), gs = static_cast<A>(grad_scale);
   const A inv_bc1 = static_cast<A>(1.0 / bc1), inv_sqrt_bc2 = static_cast<A>(1.0 / std::sqrt(bc2));
+  // Each operation rounds on its own (this file is compiled with -ffp-contract=off: no FMA), as
+  // the CUDA kernel's _rn intrinsics do, so the update has the same bits on the host and the GPU.
   parallel_for(n, 8, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
     for (int64_t i = lo; i < hi; ++i) {

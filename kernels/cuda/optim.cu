@@ -55,15 +55,18 @@ __global__ void adamw_kernel(const AdamWChunk* __restrict__ chunks, int64_t num_
     const float wd = chunks[k].weight_decay;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
       const int64_t i = base + j;
-      // The CPU twin's expressions, term for term.
-      const float gi = to_f(g[i]) * c.gs;
-      const float mi = c.b1 * m[i] + c.one_minus_b1 * gi;
-      const float vi = c.b2 * v[i] + c.one_minus_b2 * gi * gi;
+      // The CPU twin's expressions, term for term, each operation rounded on its own (the _rn
+      // intrinsics are never fused into an FMA; the twin is compiled without contractions): the
+      // same bits on both, so optimizer offload to the host changes no result.
+      const float gi = __fmul_rn(to_f(g[i]), c.gs);
+      const float mi = __fadd_rn(__fmul_rn(c.b1, m[i]), __fmul_rn(c.one_minus_b1, gi));
+      const float vi = __fadd_rn(__fmul_rn(c.b2, v[i]), __fmul_rn(__fmul_rn(c.one_minus_b2, gi), gi));
       m[i] = mi;
       v[i] = vi;
       const float pi = p[i];
-      const float update = (mi * c.inv_bc1) / (sqrtf(vi) * c.inv_sqrt_bc2 + c.eps) + wd * pi;
-      p[i] = pi - c.lr * update;
+      const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), c.inv_sqrt_bc2), c.eps);
+      const float update = __fadd_rn(__fdiv_rn(__fmul_rn(mi, c.inv_bc1), denom), __fmul_rn(wd, pi));
+      p[i] = __fsub_rn(pi, __fmul_rn(c.lr, update));
     }
   }
 }

@@ -3,7 +3,9 @@
 // with the same run without offload bit for bit.
 #pragma once
 #include <filesystem>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "sharded_checkpoint_cases.h"
 #include "zero_cases.h"
@@ -229,17 +231,10 @@ inline void expect_window_moves_io_out_of_the_step(Communicator& comm) {
 // uninterrupted run's trajectory bit for bit (the offload files are scratch; the format is one).
 // The offloaded runs have a window holding every unit, so saves and loads meet its states in
 // memory or still being written.
-inline void expect_offloaded_checkpoints_resume_exactly(Communicator& comm) {
+inline void expect_checkpoints_resume_exactly_across(Communicator& comm, const RunConfig& plain, const RunConfig& off) {
   using namespace sharded;
   constexpr int k = 2, total = 4;
   SharedDir tmp(comm);
-  const RunConfig plain{.stage = ZeroStage::Three, .dtype = DType::BF16};
-  const RunConfig off = [&] {
-    RunConfig c = plain;
-    c.offload = nvme_offload(true);
-    c.offload.window_bytes = int64_t{1} << 30;  // every unit: saved and loaded while in the window
-    return c;
-  }();
   std::vector<double> uninterrupted;
   {
     ZeroRun run(comm, plain);
@@ -257,9 +252,99 @@ inline void expect_offloaded_checkpoints_resume_exactly(Communicator& comm) {
       rc.seed = 99;  // nothing survives but what load restores
       ZeroRun run(comm, rc);
       load_sharded(tmp / "ckpt", *run.zero, *run.opt);
-      EXPECT_EQ(run.steps(k, total), tail) << comm.prefix() << " saved " << (saver == &off ? "with" : "without")
-                                           << " offload, resumed " << (loader == &off ? "with" : "without");
+      EXPECT_EQ(run.steps(k, total), tail) << comm.prefix() << " " << stage_name(plain.stage) << " "
+                                           << dtype_name(plain.dtype) << " saved "
+                                           << (saver == &off ? "with" : "without") << " offload, resumed "
+                                           << (loader == &off ? "with" : "without");
     }
+  }
+}
+
+inline void expect_offloaded_checkpoints_resume_exactly(Communicator& comm) {
+  const RunConfig plain{.stage = ZeroStage::Three, .dtype = DType::BF16};
+  RunConfig off = plain;
+  off.offload = nvme_offload(true);
+  off.offload.window_bytes = int64_t{1} << 30;  // every unit: saved and loaded while in the window
+  expect_checkpoints_resume_exactly_across(comm, plain, off);
+}
+
+// ---- optimizer offload to cpu: the host tier ([Note: host tier] in dist/zero/param_unit.cpp) ----
+// On a GPU it is the real thing; on CPU ranks OffloadOptions::host_tier_on_cpu_ranks takes the same
+// path with host memory on both sides, so the bookkeeping is checked where there is no GPU.
+
+inline OffloadOptions host_tier() { return {.optimizer = OffloadTarget::Cpu, .host_tier_on_cpu_ranks = true}; }
+
+// Every stage, f32 and bf16, with and without accumulation, on `device`: the host tier gives the
+// bits of the same run without offload (on a GPU the CPU's update stands in for the GPU's
+// kernel: their arithmetic is the same, rounding for rounding). On CPU ranks also with ZeRO-3's
+// parameter shards on NVMe.
+inline void expect_host_tier_bit_identical(Communicator& comm, Device device = Device::cpu()) {
+  for (ZeroStage stage : kAllStages)
+    for (DType dt : {DType::F32, DType::BF16})
+      for (int accum : {1, 2}) {
+        RunConfig c{.stage = stage, .dtype = dt, .grad_accum = accum, .batch = 8, .device = device};
+        const RunResult ref = run_zero(comm, c);
+        c.offload = host_tier();
+        const std::string what =
+            detail::str(stage_name(stage), " ", dtype_name(dt), " accum ", accum, " optimizer on the host");
+        expect_same_bits(comm, run_zero(comm, c), ref, what);
+        if (stage != ZeroStage::Three || device.is_cuda()) continue;
+        c.offload.params = OffloadTarget::Nvme;
+        c.offload.dir = std::filesystem::temp_directory_path().string();
+        expect_same_bits(comm, run_zero(comm, c), ref, what + ", parameter shards on nvme");
+      }
+}
+
+// After a step, every stage, f32 and bf16: the host holds exactly host_tier_bytes_closed_form
+// (masters and moments, 12 bytes per element the rank updates; the exchange, s per element) and
+// the device exactly state_bytes_closed_form less its OptimizerState. On CPU ranks both places
+// are the host: the ledger holds their sum.
+inline void expect_host_tier_memory_closed_form(Communicator& comm, Device device = Device::cpu()) {
+  using MC = MemoryCategory;
+  const MC cats[] = {MC::Parameter, MC::ParameterShard, MC::Gradient, MC::GradientShard, MC::OptimizerState};
+  for (ZeroStage stage : kAllStages)
+    for (DType dt : {DType::F32, DType::BF16}) {
+      std::map<MC, int64_t> dev0, host0;
+      for (MC k : cats) {
+        dev0[k] = memory_ledger().stats(device).current_of(k);
+        host0[k] = memory_ledger().stats(Device::cpu()).current_of(k);
+      }
+      const RunConfig c{.stage = stage, .dtype = dt, .steps = 1, .device = device, .offload = host_tier()};
+      Probe probe;
+      bool checked = false;
+      probe.after_step = [&](ZeroPartitioner& z, int) {
+        const int64_t P = z.num_padded(), N = comm.size();
+        const ElementBytes e = ElementBytes::of(dt);
+        std::map<MC, int64_t> on_device = state_bytes_closed_form(stage, P, N, e), on_host;
+        on_device.erase(MC::OptimizerState);
+        for (auto& [k, b] : host_tier_bytes_closed_form(stage, c.offload, P, N, e)) on_host[k] += b;
+        if (device.is_cpu()) {
+          for (auto& [k, b] : on_device) on_host[k] += b;
+          on_device.clear();
+        }
+        const std::string what = detail::str(comm.prefix(), " ", stage_name(stage), " ", dtype_name(dt));
+        for (MC k : cats) {
+          EXPECT_EQ(memory_ledger().stats(Device::cpu()).current_of(k) - host0[k], on_host[k])
+              << what << ": host " << category_name(k);
+          if (device.is_cuda())
+            EXPECT_EQ(memory_ledger().stats(device).current_of(k) - dev0[k], on_device[k])
+                << what << ": device " << category_name(k);
+        }
+        checked = true;
+      };
+      run_zero(comm, c, probe);
+      EXPECT_TRUE(checked);
+    }
+}
+
+// A checkpoint saved with the host tier loads into a run without it and back, continuing the
+// uninterrupted trajectory bit for bit (ZeRO-3 bf16 and ZeRO-1 f32).
+inline void expect_host_tier_checkpoints_resume_exactly(Communicator& comm, Device device = Device::cpu()) {
+  for (auto [stage, dt] : {std::pair{ZeroStage::Three, DType::BF16}, std::pair{ZeroStage::One, DType::F32}}) {
+    const RunConfig plain{.stage = stage, .dtype = dt, .device = device};
+    RunConfig off = plain;
+    off.offload = host_tier();
+    expect_checkpoints_resume_exactly_across(comm, plain, off);
   }
 }
 

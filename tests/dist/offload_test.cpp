@@ -55,6 +55,30 @@ TEST(Offload, TheWindowMovesTheStatesIoOutOfTheStep) { expect_window_moves_io_ou
 
 TEST(Offload, CheckpointsResumeIntoAndOutOfOffloadExactly) { expect_offloaded_checkpoints_resume_exactly(local()); }
 
+TEST(Offload, HostTierGivesTheBitsOfTheRunWithout) { expect_host_tier_bit_identical(local()); }
+
+TEST(Offload, HostTierMemoryFollowsTheClosedForm) { expect_host_tier_memory_closed_form(local()); }
+
+TEST(Offload, HostTierCheckpointsResumeExactly) { expect_host_tier_checkpoints_resume_exactly(local()); }
+
+// Without the test switch, cpu on CPU ranks is the plain run: no master of its own, no exchange.
+TEST(Offload, CpuOnCpuRanksAddsNothing) {
+  const MemoryStats before = memory_ledger().stats(Device::cpu());
+  int64_t plain = -1, cpu = -1;
+  for (OffloadTarget t : {OffloadTarget::None, OffloadTarget::Cpu}) {
+    Probe probe;
+    probe.after_step = [&](ZeroPartitioner&, int) {
+      (t == OffloadTarget::None ? plain : cpu) = memory_ledger().stats(Device::cpu()).current_of(MemoryCategory::OptimizerState) +
+                                                 memory_ledger().stats(Device::cpu()).current_of(MemoryCategory::GradientShard) -
+                                                 before.current_of(MemoryCategory::OptimizerState) -
+                                                 before.current_of(MemoryCategory::GradientShard);
+    };
+    run_zero(local(), {.stage = ZeroStage::Three, .steps = 1, .offload = {.optimizer = t}}, probe);
+  }
+  EXPECT_GT(plain, 0);
+  EXPECT_EQ(cpu, plain);
+}
+
 TEST(Offload, BadOptionsAndDirectoriesAreClearErrors) {
   zdl::testing::TempDir tmp;
   const std::string missing = tmp.path() + "/missing", file = tmp.path() + "/a_file";

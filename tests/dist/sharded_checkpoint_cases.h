@@ -99,7 +99,7 @@ struct ZeroRun {
   ZeroRun(Communicator& comm, RunConfig cfg, std::optional<nn::GPTConfig> gpt = std::nullopt) : comm(comm), c(cfg) {
     std::shared_ptr<Communicator> shared(&comm, [](Communicator*) {});
     zero = std::make_unique<ZeroPartitioner>(
-        shared, ZeroOptions{.stage = c.stage, .compute_dtype = c.dtype, .reduction = c.reduction,
+        shared, ZeroOptions{.stage = c.stage, .compute_dtype = c.dtype, .device = c.device, .reduction = c.reduction,
                             .shard_group = c.shard_group, .secondary_partition = c.secondary_partition,
                             .quantize_weights = c.quantize_weights, .quantize_grads = c.quantize_grads,
                             .offload = c.offload});

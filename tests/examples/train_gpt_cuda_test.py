@@ -1,7 +1,8 @@
 """train_gpt on the GPU, end to end (ctest train_gpt_cuda, label gpu).
 
 f32 on the GPU follows the CPU's losses (docs/cuda.md: to ~1e-6 a step); activation
-checkpointing recomputes on the GPU path with the same bits; bf16 learns; two ranks sharing one
+checkpointing recomputes on the GPU path with the same bits; optimizer offload to cpu (the
+host tier) gives the same bits as without; bf16 learns; two ranks sharing one
 GPU (MPI through host memory) follow one rank; --export-hf from the GPU loads on the CPU and
 scores what the GPU checkpoint scores.
 
@@ -93,6 +94,17 @@ class TrainGptCuda(unittest.TestCase):
         for step, (loss, _) in f32.items():
             # bf16 keeps 8 bits of mantissa: 2^-8 relative per rounding, a few roundings deep.
             self.assertAlmostEqual(bf16[step][0], loss, delta=0.02 * loss, msg=f"step {step}")
+
+    def test_optimizer_offload_to_cpu_gives_the_same_bits(self):
+        # The host's AdamW stands in for the GPU's: losses and gradient norms to the bit, and the
+        # run says where the states are.
+        for stage, dtype in (("0", "f32"), ("3", "bf16")):
+            args = ("--device", "cuda", "--zero-stage", stage, "--dtype", dtype)
+            plain = self.steps(f"plain_{stage}", *args)
+            m = self.p(f"host_{stage}.jsonl")
+            p = run("--data", self.data, *SMALL, "--steps", "6", "--metrics", m, *args, "--offload-optimizer", "cpu")
+            self.assertIn("offload: optimizer cpu | rank 0 keeps its masters and Adam moments in host memory", p.stdout)
+            self.assertEqual(steps_of(m), plain, f"stage {stage} {dtype}")
 
     @unittest.skipIf(MPIRUN is None, "no mpirun")
     def test_two_ranks_on_one_gpu_follow_one_rank(self):

@@ -7,6 +7,7 @@
 // per rank the same tests run over NCCL. Skips (on every rank alike) where no GPU is visible.
 #include <gtest/gtest.h>
 
+#include "../offload_cases.h"
 #include "../zero_harness.h"
 #include "dist/comm/local_communicator.h"
 #include "mpi_test_env.h"
@@ -83,6 +84,14 @@ TEST(ZeroCudaMpi, EveryStageOnTheGpuMatchesOneProcess) {
     RunResult got = run_zero(*comm, c);
     expect_matches(*comm, got, ref, 1e-5, 1e-4, std::string("gpu f32 ") + stage_name(s));
   }
+}
+
+// Optimizer offload to cpu on the GPU ranks: the host's update gives the bits of the GPU's, at
+// every stage (the collectives are the same on both runs).
+TEST(ZeroCudaMpi, HostTierGivesTheBitsOfTheRunWithout) {
+  ZDL_REQUIRE_GPU();
+  auto comm = init({.device = Device::cuda()});
+  expect_host_tier_bit_identical(*comm, comm->device());
 }
 
 TEST(ZeroCudaMpi, Bf16OnTheGpuTracksOneProcess) {

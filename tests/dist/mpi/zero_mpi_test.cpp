@@ -278,5 +278,8 @@ TEST(ZeroMpi, OffloadWindowGivesTheBitsOfTheRunWithout) { expect_window_bit_iden
 TEST(ZeroMpi, OffloadWindowMovesTheStatesIoOutOfTheStep) { expect_window_moves_io_out_of_the_step(world()); }
 TEST(ZeroMpi, OffloadTrafficFollowsTheClosedForm) { expect_offload_traffic_closed_form(world()); }
 TEST(ZeroMpi, OffloadedCheckpointsResumeExactly) { expect_offloaded_checkpoints_resume_exactly(world()); }
+TEST(ZeroMpi, HostTierGivesTheBitsOfTheRunWithout) { expect_host_tier_bit_identical(world()); }
+TEST(ZeroMpi, HostTierMemoryFollowsTheClosedForm) { expect_host_tier_memory_closed_form(world()); }
+TEST(ZeroMpi, HostTierCheckpointsResumeExactly) { expect_host_tier_checkpoints_resume_exactly(world()); }
 
 }  // namespace zdl::dist::testing
