@@ -42,9 +42,10 @@ class PinnedBlocks {
   std::atomic<size_t> live_{0};
 };
 
+// Never destroyed: storages freed during static destruction still look it up.
 PinnedBlocks& pinned_blocks() {
-  static PinnedBlocks b;
-  return b;
+  static PinnedBlocks* b = new PinnedBlocks;
+  return *b;
 }
 
 class CpuAllocator final : public Allocator {

@@ -11,12 +11,14 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "core/allocator.h"
 #include "core/check.h"
@@ -218,6 +220,17 @@ cudaEvent_t new_event() {
   return e;
 }
 
+// ZDL_CUDA_COPY_DELAY_US=D (tests): every copy beside the compute stream starts D microseconds
+// late, so a reader that forgets to wait for one reads stale bytes instead of passing by luck.
+void delay_copy_stream(cudaStream_t cs) {
+  const char* v = std::getenv("ZDL_CUDA_COPY_DELAY_US");
+  const long us = v != nullptr ? std::strtol(v, nullptr, 10) : 0;
+  if (us <= 0) return;
+  ZDL_CUDA_CHECK(cudaLaunchHostFunc(
+      cs, [](void* d) { std::this_thread::sleep_for(std::chrono::microseconds(reinterpret_cast<intptr_t>(d))); },
+      reinterpret_cast<void*>(static_cast<intptr_t>(us))));
+}
+
 }  // namespace
 
 CopyTicket copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
@@ -234,10 +247,11 @@ CopyTicket copy_bytes_async(void* dst, Device dst_device, const void* src, Devic
     ZDL_CUDA_CHECK(cudaEventRecord(queued.done, cudaStreamPerThread));
     ZDL_CUDA_CHECK(cudaStreamWaitEvent(cs, queued.done, 0));
   }
+  auto ticket = std::make_shared<CopyEvent>();  // made first: a copy queued is always tracked
+  ticket->done = new_event();
+  delay_copy_stream(cs);
   const cudaMemcpyKind kind = dst_device.is_cpu() ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
   ZDL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, cs));
-  auto ticket = std::make_shared<CopyEvent>();
-  ticket->done = new_event();
   ZDL_CUDA_CHECK(cudaEventRecord(ticket->done, cs));
   // The compute stream's later work (a forward reading the parameters) waits for the bytes.
   if (!dst_device.is_cpu()) ZDL_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamPerThread, ticket->done, 0));

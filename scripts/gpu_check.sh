@@ -20,6 +20,10 @@
 #   memcheck   compute-sanitizer memcheck over test_cuda's kernel suites
 #   profile    one GPT-2 124M step's GPU time by kernel (Nsight Compute's ncu, durations only;
 #              ZDL_PROFILE_ARGS: more train_gpt flags, e.g. "--zero-stage 0")
+#   cpu        the host's CPU, not the GPU: train_step_bench (packed for AVX-512) on 2 of its cores
+#              next to PyTorch (bench/run_train_step.sh), zerodl's GEMM back ends side by side, and
+#              the instruction set oneDNN picks (ONEDNN_VERBOSE). Not in the default list: name it
+#              in ZDL_GPU_STAGES
 # and prints a summary table LAST. Environment: ZDL_GPU_STAGES (a subset, in that order),
 # ZDL_GPU_BUDGET_S (whole run, default 480), ZDL_CUDA_FILTER (which suites the cuda stage runs),
 # OUT (where gpu_check.log, summary.txt and logs.tar.gz go; default gpu_check.out).
@@ -206,6 +210,26 @@ PY
   NOTE="$(head -1 "$LOGS/profile.txt")"
 }
 
+cpu_stage() {
+  local exe="$C/cpu/bench/train_step_bench" shape
+  [ -x "$exe" ] || { NOTE="not packed (ZDL_PACK_CPU=0)"; return 3; }
+  grep -qw avx512f /proc/cpuinfo || { NOTE="no AVX-512 here: the packed build needs it"; return 3; }
+  local pin=(taskset -c 0,1)  # two cores, as the CPU machines the benchmarks compare on
+  command -v taskset >/dev/null || pin=()
+  local -x OMP_NUM_THREADS=2
+  echo "CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1); $(grep -o -w -E 'avx512f|avx512_bf16|amx_tile|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+  echo "+ ONEDNN_VERBOSE=1 train_step_bench --gemm onednn (the ISA oneDNN dispatches to)"
+  ONEDNN_VERBOSE=1 t "${pin[@]}" "$exe" --gemm onednn --steps 1 --warmup 0 --dtype bf16 | grep -m4 -i -E 'isa|brg|amx|avx512' || true
+  for shape in "--layers 4 --heads 4 --embd 256 --seq 128 --batch 8" "--layers 6 --heads 6 --embd 384 --seq 256 --batch 4"; do
+    # shellcheck disable=SC2086
+    t "${pin[@]}" "$exe" $shape --gemm avx512,onednn,avx2 || return $?
+  done
+  DTYPES="${ZDL_CPU_DTYPES:-f32 bf16}" t "${pin[@]}" bash "$root/bench/run_train_step.sh" "$C/cpu"
+  local rc=$?
+  NOTE="$(grep -E '^L[0-9]' "$LOGS/cpu.log" | awk '{printf "%s%s %s zerodl/best %s", s, $1, $6, $NF; s="; "}')"
+  return $rc
+}
+
 memcheck_stage() {
   local cs
   cs="$(command -v compute-sanitizer || ls /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null)"
@@ -232,6 +256,7 @@ main() {
   stage attention 40 attention_stage
   stage memcheck 120 memcheck_stage
   stage profile 120 profile_stage
+  stage cpu 300 cpu_stage
   say ""
   say "== gpu_check summary ($(($(now) - START))s; logs in $RESULTS/logs.tar.gz)"
   say "$(printf '%-9s %-7s %5s  %s' stage status secs note)"

@@ -9,6 +9,9 @@
 # BUILD_DIR is configured and (re)built (ZDL_PACK_REBUILD=0: used as it is). CARRY_DIR gets:
 #   build/{examples,tests,bench}/...  the stripped programs, laid out as in a build folder, so the
 #                                     bench scripts take CARRY_DIR/build as their BUILD_DIR
+#   cpu/bench/train_step_bench        the CPU training benchmark built for AVX-512 (x86-64-v4) with
+#                                     oneDNN, in build-cpu-v4 (ZDL_PACK_CPU=0: left out): gpu_check's
+#                                     cpu stage measures the GPU host's CPU next to PyTorch
 #   bin/mpiexec.hydra, hydra_pmi_proxy  MPICH's launcher (bin/mpirun and bin/mpiexec link to it)
 #   lib/                              every shared library the programs load that is neither the
 #                                     C/C++ runtime nor a CUDA library (MPICH, UCX, hwloc, ...)
@@ -28,13 +31,28 @@ if [ ! -f "$build/build.ninja" ] || [ "${ZDL_PACK_REBUILD:-1}" = 1 ]; then
     -DZDL_ONEDNN=OFF -DCMAKE_CUDA_ARCHITECTURES="${ZDL_CUDA_ARCH:-90}"
 fi
 
+cpu_build="$root/build-cpu-v4"
+if [ "${ZDL_PACK_CPU:-1}" = 1 ] && { [ ! -f "$cpu_build/build.ninja" ] || [ "${ZDL_PACK_REBUILD:-1}" = 1 ]; }; then
+  # No -march=native: this machine's CPU is not the GPU host's. The GEMM picks its AVX2 or AVX-512
+  # instance at run time; the rest is compiled for AVX-512.
+  ZDL_TARGETS=train_step_bench bash "$root/scripts/build.sh" "$cpu_build" -DZDL_CUDA=OFF -DZDL_NATIVE=OFF \
+    -DZDL_BUILD_TESTS=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v4
+fi
+
 rm -rf "$carry"
 mkdir -p "$carry/bin" "$carry/lib"
+carried=()
 for p in "${programs[@]}"; do
   [ -x "$build/$p" ] || { echo "gpu_pack: $build/$p was not built" >&2; exit 1; }
   mkdir -p "$carry/build/$(dirname "$p")"
   strip --strip-debug -o "$carry/build/$p" "$build/$p"  # symbols kept: readable backtraces
+  carried+=("$carry/build/$p")
 done
+if [ "${ZDL_PACK_CPU:-1}" = 1 ]; then
+  mkdir -p "$carry/cpu/bench"
+  strip --strip-debug -o "$carry/cpu/bench/train_step_bench" "$cpu_build/bench/train_step_bench"
+  carried+=("$carry/cpu/bench/train_step_bench")
+fi
 
 # MPICH's hydra launcher: ranks start by fork on the GPU host (HYDRA_LAUNCHER=fork there).
 hydra="$(readlink -f "$(command -v mpiexec.hydra || command -v mpiexec)")"
@@ -46,7 +64,7 @@ ln -s mpiexec.hydra "$carry/bin/mpirun"
 # Shared libraries: everything ldd resolves except the C/C++ runtime (the host's is as new or
 # newer) and the CUDA libraries (the host's must match its driver).
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libresolv\.|libnss_|libutil\.|libanl\.|libstdc\+\+|libgcc_s|libcuda\.|libcudart|libcublas|libcudnn|libnccl|libnvrtc|libnvJitLink)'
-for f in "$carry"/build/*/* "$carry"/bin/mpiexec.hydra "$carry"/bin/hydra_pmi_proxy; do
+for f in "${carried[@]}" "$carry"/bin/mpiexec.hydra "$carry"/bin/hydra_pmi_proxy; do
   ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do
   [[ "$name" =~ $skip ]] && continue

@@ -62,9 +62,9 @@ std::map<MemoryCategory, int64_t> offloaded_bytes_closed_form(ZeroStage stage, c
   return out;
 }
 
-std::map<MemoryCategory, int64_t> host_tier_bytes_closed_form(ZeroStage stage, const OffloadOptions& o, int64_t P,
-                                                              int64_t N, ElementBytes e) {
-  if (o.optimizer != OffloadTarget::Cpu) return {};
+std::map<MemoryCategory, int64_t> host_tier_bytes_closed_form(ZeroStage stage, const OffloadOptions& o, Device device,
+                                                              int64_t P, int64_t N, ElementBytes e) {
+  if (!StagePolicy::of(stage, o, device).optimizer_on_host) return {};
   const int64_t updated = is_sharded(stage, ModelState::OptimizerStates) ? P / N : P;  // master elements
   return {{MemoryCategory::OptimizerState, 12 * updated}, {MemoryCategory::GradientShard, e.s * updated}};
 }

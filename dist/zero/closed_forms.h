@@ -78,9 +78,10 @@ std::map<MemoryCategory, int64_t> offloaded_bytes_closed_form(ZeroStage stage, c
 // bytes in host memory per category: the masters and Adam's moments, 12 bytes per element the
 // rank updates whatever s (an f32 run's master becomes a host copy of its own), and the exchange
 // buffer, s per such element (GradientShard). The device then keeps state_bytes_closed_form less
-// its OptimizerState. Empty for any other optimizer target.
-std::map<MemoryCategory, int64_t> host_tier_bytes_closed_form(ZeroStage stage, const OffloadOptions& o, int64_t P,
-                                                              int64_t N, ElementBytes e);
+// its OptimizerState. Empty where the policy has no host tier (another target; cpu on CPU ranks).
+// N: the ranks a unit is sharded over (under hybrid sharding, the group's).
+std::map<MemoryCategory, int64_t> host_tier_bytes_closed_form(ZeroStage stage, const OffloadOptions& o, Device device,
+                                                              int64_t P, int64_t N, ElementBytes e);
 
 // Offload: the bytes a rank reads from and writes to its NVMe store in one training step of
 // `micro_steps` micro-steps (docs/offload.md). Optimizer offload: each unit's optimizer states

@@ -224,10 +224,19 @@ void ParamUnit::params_from_master(const Tensor& dst) {
   wait_copy(std::exchange(grads_down_, nullptr));  // a load between steps: a download may be in flight
   wait_copy(std::exchange(params_up_, nullptr));
   exchange_.copy_(master_);
+  exchange_holds_grads_ = false;
   params_up_ = copy_bytes_async(dst.raw_data(), dst.device(), exchange_.raw_data(), Device::cpu(), dst.nbytes());
 }
 
-void ParamUnit::wait_host_grads() { wait_copy(std::exchange(grads_down_, nullptr)); }
+void ParamUnit::wait_host_grads() {
+  wait_copy(std::exchange(grads_down_, nullptr));
+  if (!exchange_.defined() || exchange_holds_grads_) return;
+  // No download since the last upload (a unit no backward reached, a second step on the same
+  // gradients, a checkpoint loaded between backward and step): bring the gradients down now.
+  wait_copy(std::exchange(params_up_, nullptr));
+  exchange_.copy_(grad_shard_);
+  exchange_holds_grads_ = true;
+}
 
 void ParamUnit::allocate_grads() {
   const StagePolicy& pol = ctx_.policy;
@@ -524,9 +533,11 @@ void ParamUnit::finish_reduce() {
       grad_full_->release();
     }
   }
-  if (p->last && exchange_.defined())  // [Note: host tier]: down while the backward goes on
+  if (p->last && exchange_.defined()) {  // [Note: host tier]: down while the backward goes on
     grads_down_ = copy_bytes_async(exchange_.raw_data(), Device::cpu(), grad_shard_.raw_data(), grad_shard_.device(),
                                    exchange_.nbytes());
+    exchange_holds_grads_ = true;
+  }
   ctx_.trace(TraceKind::ReduceEnd, *this, std::nullopt);
 }
 

@@ -189,7 +189,8 @@ class ParamUnit {
   // Offload: finishes this unit's writes in flight and frees their bytes.
   void settle_offload();
   // Optimizer offload to cpu on a GPU: waits until the reduced gradients reached the host (the
-  // optimizer step reads them there). A no-op otherwise.
+  // optimizer step reads them there; copied now if none came down since the last upload). A
+  // no-op otherwise.
   void wait_host_grads();
   // hpZ: whether this unit holds its secondary partition (between its forward and backward).
   bool has_secondary() const { return secondary_.defined(); }
@@ -252,6 +253,7 @@ class ParamUnit {
   std::unique_ptr<OffloadedBuffer> shard_off_;   // param_shard_ on NVMe
   std::unique_ptr<OffloadedBuffer> master_off_;  // a separate master_ on NVMe
   Tensor exchange_;                                  // the host tier's buffer ([Note: host tier])
+  bool exchange_holds_grads_ = false;                // the gradients came down after the last upload
   CopyTicket grads_down_, params_up_;                // its copies in flight
   Tensor secondary_;  // hpZ: this node rank's block of the gathered parameters, forward to backward
   Tensor quant_send_, quant_recv_;  // qwZ: this rank's record and the K gathered, while in flight

@@ -144,6 +144,8 @@ void ZeroPartitioner::check_offload_options() const {
   ZDL_CHECK(options_.device.is_cpu() || !o.any_nvme(), p, " NVMe offload runs on CPU ranks in this version of zerodl; on ",
             options_.device.str(), " offload the optimizer to cpu, or use none (docs/offload.md)");
   ZDL_CHECK(!o.any_nvme() || !o.dir.empty(), p, " NVMe offload needs a directory for its scratch files (--offload-dir)");
+  ZDL_CHECK(!StagePolicy::of(options_.stage, o, options_.device).optimizer_on_host || options_.compute_dtype != DType::F64,
+            p, " optimizer offload to the host takes f32 or bf16 compute (its masters and moments are f32)");
   ZDL_CHECK(o.window_bytes >= 0, p, " the optimizer offload window must be >= 0 bytes, got ", o.window_bytes);
   ZDL_CHECK(o.window_bytes == 0 || o.optimizer == OffloadTarget::Nvme, p,
             " an optimizer offload window (--offload-window-mib) holds optimizer states that live on NVMe; it needs "

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -302,6 +303,28 @@ TEST(CudaZero, HostTierLeavesTheOptimizerStatesOnTheHost) {
 TEST(CudaZero, HostTierCheckpointsResumeExactly) {
   ZDL_REQUIRE_GPU();
   dist::testing::expect_host_tier_checkpoints_resume_exactly(*local_comm(Device::cuda()), Device::cuda());
+}
+
+// Every copy between host and GPU held back 3 ms on its stream: a missing wait would read stale
+// gradients or let the next forward read stale parameters; the bits must not change.
+TEST(CudaZero, HostTierWaitsForItsCopies) {
+  ZDL_REQUIRE_GPU();
+  struct Delay {
+    Delay() { ::setenv("ZDL_CUDA_COPY_DELAY_US", "3000", 1); }
+    ~Delay() { ::unsetenv("ZDL_CUDA_COPY_DELAY_US"); }
+  } delay;
+  auto comm = local_comm(Device::cuda());
+  for (ZeroStage s : {ZeroStage::DDP, ZeroStage::One, ZeroStage::Three}) {
+    RunConfig c{.stage = s, .dtype = DType::BF16, .grad_accum = 2, .batch = 8, .device = Device::cuda()};
+    const RunResult ref = run_zero(*comm, c);
+    c.offload = dist::testing::host_tier();
+    dist::testing::expect_same_bits(*comm, run_zero(*comm, c), ref, std::string("slow copies ") + dist::stage_name(s));
+  }
+}
+
+TEST(CudaZero, HostTierRereadsGradientsAfterAnUpload) {
+  ZDL_REQUIRE_GPU();
+  dist::testing::expect_host_tier_rereads_gradients(*local_comm(Device::cuda()), Device::cuda());
 }
 
 // A NaN in one gradient on the GPU is found by the device sum of squares and named by unit, as

@@ -42,6 +42,22 @@ TEST(ClosedForms, OffloadedBytes) {
   EXPECT_EQ(offloaded_bytes_closed_form(ZeroStage::Three, {.optimizer = OffloadTarget::Cpu}, 1000, 4, f32), M{});
 }
 
+// The host tier (optimizer offload to cpu on a GPU), P = 1000 on N = 4: 12 bytes per element the
+// rank updates (f32 too: its master becomes a host buffer) and the exchange's s; nothing on CPU
+// ranks, where cpu is the plain run.
+TEST(ClosedForms, HostTierBytes) {
+  using M = std::map<MemoryCategory, int64_t>;
+  using MC = MemoryCategory;
+  const OffloadOptions cpu{.optimizer = OffloadTarget::Cpu};
+  EXPECT_EQ(host_tier_bytes_closed_form(ZeroStage::DDP, cpu, Device::cuda(), 1000, 4, f32),
+            (M{{MC::OptimizerState, 12000}, {MC::GradientShard, 4000}}));
+  EXPECT_EQ(host_tier_bytes_closed_form(ZeroStage::Three, cpu, Device::cuda(), 1000, 4, bf16),
+            (M{{MC::OptimizerState, 3000}, {MC::GradientShard, 500}}));
+  EXPECT_EQ(host_tier_bytes_closed_form(ZeroStage::Three, cpu, Device::cpu(), 1000, 4, f32), M{});
+  EXPECT_EQ(host_tier_bytes_closed_form(ZeroStage::Three, {.optimizer = OffloadTarget::Nvme}, Device::cuda(), 1000, 4, f32),
+            M{});
+}
+
 TEST(ClosedForms, GptUnitsByHand) {
   // C = 10, V = 23, T = 8: a block 12 C^2 + 9C biases + 2 LayerNorms (2C each) = 1330; the root
   // wte 230 + wpe 80 + ln_f 20 = 330. Padded to multiples of 4: 1332 and 332.

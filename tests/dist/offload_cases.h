@@ -293,6 +293,22 @@ inline void expect_host_tier_bit_identical(Communicator& comm, Device device = D
         c.offload.dir = std::filesystem::temp_directory_path().string();
         expect_same_bits(comm, run_zero(comm, c), ref, what + ", parameter shards on nvme");
       }
+  // A step skipped for a non-finite gradient, native reduction (ZeRO-2 with no_sync too), and
+  // hybrid sharding where the world allows it.
+  std::vector<std::pair<std::string, RunConfig>> more = {
+      {"zero3 bf16, step 1 skipped", {.stage = ZeroStage::Three, .dtype = DType::BF16, .poison_step = 1}},
+      {"zero1 native", {.stage = ZeroStage::One, .grad_accum = 2, .batch = 8, .reduction = GradReduction::Native}},
+      {"zero2 native no_sync",
+       {.stage = ZeroStage::Two, .grad_accum = 2, .batch = 8, .reduction = GradReduction::Native, .no_sync = true}}};
+  if (comm.size() >= 4 && device.is_cpu())
+    more.push_back({"zero3 hybrid, groups of 2", {.stage = ZeroStage::Three, .batch = 8, .shard_group = 2}});
+  for (auto& [what, cfg] : more) {
+    RunConfig c = cfg;
+    c.device = device;
+    const RunResult ref = run_zero(comm, c);
+    c.offload = host_tier();
+    expect_same_bits(comm, run_zero(comm, c), ref, what + ", optimizer on the host");
+  }
 }
 
 // After a step, every stage, f32 and bf16: the host holds exactly host_tier_bytes_closed_form
@@ -317,7 +333,7 @@ inline void expect_host_tier_memory_closed_form(Communicator& comm, Device devic
         const ElementBytes e = ElementBytes::of(dt);
         std::map<MC, int64_t> on_device = state_bytes_closed_form(stage, P, N, e), on_host;
         on_device.erase(MC::OptimizerState);
-        for (auto& [k, b] : host_tier_bytes_closed_form(stage, c.offload, P, N, e)) on_host[k] += b;
+        for (auto& [k, b] : host_tier_bytes_closed_form(stage, c.offload, device, P, N, e)) on_host[k] += b;
         if (device.is_cpu()) {
           for (auto& [k, b] : on_device) on_host[k] += b;
           on_device.clear();
@@ -334,6 +350,38 @@ inline void expect_host_tier_memory_closed_form(Communicator& comm, Device devic
       };
       run_zero(comm, c, probe);
       EXPECT_TRUE(checked);
+    }
+}
+
+// After a step the exchange buffer holds parameters (they went up through it): an optimizer step
+// that finds no fresh download since (a second step on the same gradients; a checkpoint loaded
+// between the backward and the step) must read the gradients anyway, as the run without offload
+// does. ZeRO-3 and DDP, f32 and bf16: every parameter equal.
+inline void expect_host_tier_rereads_gradients(Communicator& comm, Device device = Device::cpu()) {
+  using namespace sharded;
+  SharedDir tmp(comm);
+  for (ZeroStage stage : {ZeroStage::DDP, ZeroStage::Three})
+    for (DType dt : {DType::F32, DType::BF16}) {
+      std::map<std::string, std::vector<double>> params[2];
+      for (int host : {0, 1}) {
+        RunConfig c{.stage = stage, .dtype = dt, .device = device};
+        if (host) c.offload = host_tier();
+        ZeroRun run(comm, c);
+        run.steps(0, 1);
+        if (!host) save_sharded(tmp / "ckpt", *run.zero, *run.opt, run.state(1));
+        Trainer t = make_trainer(*run.zero, *run.opt, c);
+        t.forward_backward(1, harness_rows(c, run.model->config.vocab_size), gpt_loss(*run.model));
+        const double scale = run.zero->clip_grad_norm(c.clip);
+        run.opt->step(scale);
+        run.opt->step(scale);  // the same gradients again
+        load_sharded(tmp / "ckpt", *run.zero, *run.opt);
+        run.opt->step(scale);  // after a load: the parameters went up, the gradients are still there
+        run.zero->zero_grad();
+        params[host] = run.params();
+      }
+      for (auto& [name, v] : params[0])
+        EXPECT_TRUE(params[1].at(name) == v) << comm.prefix() << " " << stage_name(stage) << " " << dtype_name(dt)
+                                             << ": parameter " << name << " differs by " << rel_l2(params[1].at(name), v);
     }
 }
 

@@ -61,6 +61,8 @@ TEST(Offload, HostTierMemoryFollowsTheClosedForm) { expect_host_tier_memory_clos
 
 TEST(Offload, HostTierCheckpointsResumeExactly) { expect_host_tier_checkpoints_resume_exactly(local()); }
 
+TEST(Offload, HostTierRereadsGradientsAfterAnUpload) { expect_host_tier_rereads_gradients(local()); }
+
 // Without the test switch, cpu on CPU ranks is the plain run: no master of its own, no exchange.
 TEST(Offload, CpuOnCpuRanksAddsNothing) {
   const MemoryStats before = memory_ledger().stats(Device::cpu());

@@ -281,5 +281,6 @@ TEST(ZeroMpi, OffloadedCheckpointsResumeExactly) { expect_offloaded_checkpoints_
 TEST(ZeroMpi, HostTierGivesTheBitsOfTheRunWithout) { expect_host_tier_bit_identical(world()); }
 TEST(ZeroMpi, HostTierMemoryFollowsTheClosedForm) { expect_host_tier_memory_closed_form(world()); }
 TEST(ZeroMpi, HostTierCheckpointsResumeExactly) { expect_host_tier_checkpoints_resume_exactly(world()); }
+TEST(ZeroMpi, HostTierRereadsGradientsAfterAnUpload) { expect_host_tier_rereads_gradients(world()); }
 
 }  // namespace zdl::dist::testing
