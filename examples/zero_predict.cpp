@@ -10,6 +10,7 @@
 //   zero_predict --n-layer 2 --n-embd 35 --n-head 5 --vocab 256 --seq 32 --ranks 2 --out DIR
 //   zero_predict --model gpt2-xl --ranks 8,64 --dtype bf16 --tflops 400 --link-gbps 50  # + overlap
 //   zero_predict --model gpt2-xl --ranks 8 --offload-optimizer nvme --offload-params nvme  # + offload
+//   zero_predict --model gpt2-xl --ranks 8 --dtype bf16 --offload-optimizer cpu   # + a GPU's host tier
 //   zero_predict --model gpt2-xl --ranks 8,64,1024 --dtype bf16 --ranks-per-node 8 \
 //       --tflops 400 --intra-gbps 450 --inter-gbps 200 --micro-batch 8   # past one node
 //
@@ -32,7 +33,9 @@
 // With --offload-optimizer nvme / --offload-params nvme (train_gpt's flags, docs/offload.md):
 // per stage, what stays in memory after a step, what lives on the rank's disk, and the bytes a
 // step of --grad-accum micro-steps reads and writes there (dist::offloaded_bytes_closed_form,
-// dist::offload_traffic_closed_form).
+// dist::offload_traffic_closed_form). With --offload-optimizer cpu (optimizer offload to host
+// memory on a GPU): per stage, what stays on the GPU, what the host holds, and the bytes that
+// cross between them each way per step (dist::host_tier_bytes_closed_form).
 //
 // With --ranks-per-node R: per N, the layouts past one node (DDP, ZeRO-3, hybrid sharding with
 // a node as the group, ZeRO-3 with hpZ, all of ZeRO++): model states per rank and bytes per step
@@ -245,6 +248,27 @@ void print_offload(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::Ele
   }
 }
 
+// Optimizer offload to cpu on a GPU (the host tier): per stage, the GPU's model states (the
+// stage's closed form less its optimizer states), the host's (masters, moments and the exchange
+// buffer), and the bytes each way per step: the reduced gradients down, the parameters up, each
+// the exchange buffer's size.
+void print_host_tier(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBytes e) {
+  if (a.offload_optimizer != "cpu") return;
+  const dist::OffloadOptions o{.optimizer = dist::OffloadTarget::Cpu};
+  const int64_t P = dist::gpt_padded_units(cfg, N).total();
+  std::printf("  optimizer offload to cpu on a GPU: model states after a step, and the bytes between host and GPU "
+              "per step:\n");
+  for (ZeroStage st : kStages) {
+    int64_t gpu = 0, host = 0;
+    for (const auto& [cat, bytes] : dist::state_bytes_closed_form(st, P, N, e))
+      if (cat != MemoryCategory::OptimizerState) gpu += bytes;
+    const auto on_host = dist::host_tier_bytes_closed_form(st, o, Device::cuda(), P, N, e);
+    for (const auto& [cat, bytes] : on_host) host += bytes;
+    std::printf("  %-7s on the GPU %12s   in host memory %12s   each way %12s\n", dist::stage_name(st), gib(gpu).c_str(),
+                gib(host).c_str(), gib(on_host.at(MemoryCategory::GradientShard)).c_str());
+  }
+}
+
 // Past one node: each layout's model states per rank and bytes per step within and across
 // nodes (dist::traffic_closed_form on a RankLayout, the forms the tests check against the
 // ledger), and with --tflops a step's time on the stated links. The time model: compute
@@ -340,6 +364,7 @@ void print_n(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::ElementBy
   }
   if (a.tflops > 0 && a.link_gbps > 0) print_overlap(a, cfg, N, e);
   print_offload(a, cfg, N, e);
+  print_host_tier(a, cfg, N, e);
   if (a.ranks_per_node > 0) print_cluster(a, cfg, N, e);
   if (!a.out.empty()) write_csvs(a, cfg, N, e);
 }
@@ -375,8 +400,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1e-6, 1e6));
   app.add_option("--link-latency-us", a.link_latency_us, "the overlap model: latency per message, us (default 5)")
       ->check(CLI::Range(0.0, 1e6));
-  app.add_option("--offload-optimizer", a.offload_optimizer, "Adam's states (and bf16's masters): none or nvme")
-      ->check(CLI::IsMember({"none", "nvme"}));
+  app.add_option("--offload-optimizer", a.offload_optimizer,
+                 "Adam's states and the f32 masters: none, nvme (CPU ranks) or cpu (host memory, from a GPU)")
+      ->check(CLI::IsMember({"none", "nvme", "cpu"}));
   app.add_option("--offload-params", a.offload_params, "ZeRO-3's parameter shards: none or nvme (ZeRO-3 rows only)")
       ->check(CLI::IsMember({"none", "nvme"}));
   app.add_option("--grad-accum", a.grad_accum, "micro-steps per step (the offloaded shards' reads per gather)")
@@ -408,9 +434,12 @@ int main(int argc, char** argv) {
       throw CLI::ValidationError("--tflops", "the overlap model needs both --tflops and --link-gbps (positive)");
     if (app.count("--link-latency-us") > 0 && a.tflops == 0)
       throw CLI::ValidationError("--link-latency-us", "applies to the overlap model: give --tflops and --link-gbps");
-    if (app.count("--grad-accum") > 0 && a.offload_optimizer == "none" && a.offload_params == "none")
+    if (app.count("--grad-accum") > 0 && a.offload_optimizer != "nvme" && a.offload_params == "none")
       throw CLI::ValidationError("--grad-accum", "counts the offloaded shards' reads: give --offload-optimizer or "
                                                  "--offload-params nvme");
+    if (a.offload_optimizer == "cpu" && a.offload_params != "none")
+      throw CLI::ValidationError("--offload-params", "NVMe offload runs on CPU ranks; --offload-optimizer cpu is a "
+                                                     "GPU's: predict them one at a time");
     if (a.checkpoint_every > a.n_layer)  // as train_gpt refuses it
       throw CLI::ValidationError("--activation-checkpointing", detail::str(a.checkpoint_every, " exceeds n_layer ",
                                                                            a.n_layer, ": only block 0 would checkpoint"));

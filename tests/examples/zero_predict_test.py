@@ -116,6 +116,31 @@ def check_offload(exe):
         expect(tuple(r[1:]) == want, f"ZeRO-3 offload {r[1:]}, by hand {want}")
 
 
+def check_host_tier(exe):
+    """Optimizer offload to cpu on a GPU, GPT-2 XL, bf16, N = 8, by hand: the GPU keeps the
+    stage's parameters and gradients; the host holds 12 bytes per element the rank updates
+    (masters and moments; DDP all P, else P/N) and the exchange buffer's s, which is also what
+    crosses each way per step."""
+    import re
+    N, s = 8, 2
+    P = L * pad(BLOCK, N) + pad(ROOT, N)
+    res = subprocess.run([exe, "--model", "gpt2-xl", "--ranks", str(N), "--dtype", "bf16", "--offload-optimizer", "cpu"],
+                         capture_output=True, text=True, timeout=60)
+    expect(res.returncode == 0, f"host tier: exit {res.returncode}: {res.stderr}")
+    rows = {m[0]: m[1:] for m in re.findall(
+        r"^\s+(\w+)\s+on the GPU\s+(.+?)\s+in host memory\s+(.+?)\s+each way\s+(.+?)\s*$", res.stdout, re.M)}
+    want = {"ddp": (2 * s * P, (12 + s) * P, s * P), "zero1": (2 * s * P, (12 + s) * P // N, s * P // N),
+            "zero2": (s * P + s * P // N, (12 + s) * P // N, s * P // N),
+            "zero3": (2 * s * P // N, (12 + s) * P // N, s * P // N)}
+    expect(sorted(rows) == sorted(want), f"host tier rows {sorted(rows)}")
+    for stage, (gpu, host, each_way) in want.items():
+        expect(rows.get(stage) == (gib(gpu), gib(host), gib(each_way)),
+               f"host tier {stage}: printed {rows.get(stage)}, by hand {(gib(gpu), gib(host), gib(each_way))}")
+    res = subprocess.run([exe, "--model", "gpt2-xl", "--ranks", "8", "--offload-optimizer", "cpu", "--offload-params",
+                          "nvme"], capture_output=True, text=True, timeout=60)
+    expect(res.returncode == 2 and "one at a time" in res.stderr, f"cpu with nvme params: {res.returncode} {res.stderr}")
+
+
 def record_words(n):
     """int32 words of an int8 record of n values: codes (whole words), then a scale per 256."""
     return (n + 3) // 4 + (n + 255) // 256
@@ -170,6 +195,7 @@ def main():
     exe = sys.argv[1]
     check_overlap(exe)
     check_offload(exe)
+    check_host_tier(exe)
     check_cluster(exe)
     expect(PSI == 1_557_611_200, f"GPT-2 XL has {PSI} parameters by this count")
     # The Ultra-Scale Playbook counts h v + L (12 h^2 + 13 h) + 2 h parameters (tied embeddings, no
