@@ -287,7 +287,7 @@ TEST(CudaZero, ModelStatesLiveOnTheDevice) {
 // ---------------- optimizer offload to cpu: the host tier ----------------
 
 // Masters and moments on the host, the CPU's update in place of the GPU's kernel: the bits of the
-// run without offload at every stage, f32 and bf16, with and without accumulation.
+// run without offload at every stage, f32 and bf16 (with accumulation), a skipped step, native reduction.
 TEST(CudaZero, HostTierGivesTheBitsOfTheRunWithout) {
   ZDL_REQUIRE_GPU();
   dist::testing::expect_host_tier_bit_identical(*local_comm(Device::cuda()), Device::cuda());
