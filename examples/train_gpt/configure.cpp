@@ -89,6 +89,24 @@ void check_model_fits_in_memory(const nn::GPTConfig& c, const Args& a, int world
                                  " GiB; choose a smaller model or batch, or more ranks"));
 }
 
+// Optimizer offload to cpu on a GPU keeps every local rank's masters, Adam moments and exchange
+// buffer in host memory (dist::host_tier_bytes_closed_form): more than the machine has is said at
+// startup, not by the out-of-memory killer part way through placing them.
+void check_host_tier_fits(const Args& a, const Setup& s, int world, int ranks_here) {
+  const int shards = a.shard_group > 0 ? a.shard_group : world;
+  int64_t per_rank = 0;
+  for (auto& [cat, bytes] : dist::host_tier_bytes_closed_form(dist::stage_from_int(a.zero_stage), s.offload, Device::cuda(),
+                                                              dist::gpt_padded_units(s.cfg, world).total(), shards,
+                                                              dist::ElementBytes::of(s.dtype)))
+    per_rank += bytes;
+  const int64_t have = device_info(Device::cpu()).total_bytes, need = per_rank * ranks_here;
+  if (have > 0 && need > have)
+    throw UsageError(detail::str("--offload-optimizer cpu: the optimizer states of this machine's ", ranks_here,
+                                 " rank(s) need ", format_bytes(need), " of host memory (masters, Adam moments and "
+                                 "exchange buffers), more than its ", format_bytes(have), "; shard them over more "
+                                 "ranks (--zero-stage 1-3) or machines, or keep them on the GPU (--offload-optimizer none)"));
+}
+
 // --offload-*: the combination, and room in --offload-dir for what every rank places there
 // (dist::offloaded_bytes_closed_form, plus each buffer's 4 KiB alignment), checked before any
 // work. The directory holds one unlinked scratch file per rank while the run lasts.
@@ -105,6 +123,7 @@ void check_offload(const Args& a, const CLI::App& app, Setup& s, int world, int 
     for (const char* flag : {"--offload-dir", "--offload-io"})
       if (given(app, flag))
         throw UsageError(std::string(flag) + " applies to --offload-optimizer nvme or --offload-params nvme");
+    if (o.optimizer == dist::OffloadTarget::Cpu && dev.is_cuda()) check_host_tier_fits(a, s, world, ranks_here);
     return;
   }
   if (dev.is_cuda()) throw UsageError("--offload-* nvme runs on CPU ranks (--device cpu) in this version");

@@ -106,6 +106,23 @@ class TrainGptCuda(unittest.TestCase):
             self.assertIn("offload: optimizer cpu | rank 0 keeps its masters and Adam moments in host memory", p.stdout)
             self.assertEqual(steps_of(m), plain, f"stage {stage} {dtype}")
 
+    def test_optimizer_offload_to_cpu_beyond_host_memory_is_refused_at_startup(self):
+        # A model whose parameters and gradients fit the GPU (8 bytes a parameter) but whose host
+        # states (f32: 16 bytes a parameter) do not fit this machine's memory: exit 2 before
+        # anything is placed, naming the host's memory.
+        with open("/proc/meminfo") as f:
+            host = int(next(l for l in f if l.startswith("MemTotal:")).split()[1]) * 1024
+        gpu = int(subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True).stdout.split()[0]) * 2**20
+        C = 8192
+        layers = host // (16 * 12 * C * C) + 1  # 12 C^2 parameters a block
+        if 8 * 12 * C * C * layers > 0.9 * gpu:
+            self.skipTest("no model fits this GPU whose f32 host states exceed this host's memory")
+        p = run("--data", self.data, "--device", "cuda", "--n-layer", str(layers), "--n-head", "64", "--n-embd",
+                str(C), "--seq", "8", "--batch", "1", "--steps", "1", "--offload-optimizer", "cpu", check=False)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("--offload-optimizer cpu: the optimizer states of this machine's 1 rank(s) need", p.stderr)
+
     @unittest.skipIf(MPIRUN is None, "no mpirun")
     def test_two_ranks_on_one_gpu_follow_one_rank(self):
         one = self.steps("one", "--device", "cuda", "--zero-stage", "3")
