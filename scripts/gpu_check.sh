@@ -218,8 +218,12 @@ cpu_stage() {
   command -v taskset >/dev/null || pin=()
   local -x OMP_NUM_THREADS=2
   echo "CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1); $(grep -o -w -E 'avx512f|avx512_bf16|amx_tile|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-  echo "+ ONEDNN_VERBOSE=1 train_step_bench --gemm onednn (the ISA oneDNN dispatches to)"
-  ONEDNN_VERBOSE=1 t "${pin[@]}" "$exe" --gemm onednn --steps 1 --warmup 0 --dtype bf16 | grep -m4 -i -E 'isa|brg|amx|avx512' || true
+  local dt
+  for dt in f32 bf16; do  # the ISA oneDNN dispatches to (AMX: bf16 only)
+    echo "+ ONEDNN_VERBOSE=1 train_step_bench --gemm onednn --dtype $dt"
+    ONEDNN_VERBOSE=1 t "${pin[@]}" "$exe" --gemm onednn --steps 1 --warmup 0 --dtype $dt 2>&1 |
+      grep -m4 -i -E 'isa|brg|amx|avx512|step_ms|lacks' || true
+  done
   for shape in "--layers 4 --heads 4 --embd 256 --seq 128 --batch 8" "--layers 6 --heads 6 --embd 384 --seq 256 --batch 4"; do
     # shellcheck disable=SC2086
     t "${pin[@]}" "$exe" $shape --gemm avx512,onednn,avx2 || return $?
