@@ -595,7 +595,10 @@ void ParamUnit::zero_grad() {
   ZDL_CHECK(!pending_reduce_, ctx_.comm->prefix(), " unit ", name_, ": zero_grad with a reduction in flight");
   drop_secondary();  // a forward no backward followed
   grad_partials_.clear();  // a step abandoned mid-accumulation
-  wait_host_grads();       // a step skipped: the download must not read the zeroing below
+  // Host tier: a download in flight must not read the zeroing below (a step skipped), and the
+  // exchange no longer mirrors the gradients.
+  wait_copy(std::exchange(grads_down_, nullptr));
+  exchange_holds_grads_ = false;
   grad_state_ = GradState::Empty;
   training_ = TrainingState::Idle;
   if (!ctx_.policy.shard_gradients) {

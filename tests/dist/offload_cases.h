@@ -355,8 +355,9 @@ inline void expect_host_tier_memory_closed_form(Communicator& comm, Device devic
 
 // After a step the exchange buffer holds parameters (they went up through it): an optimizer step
 // that finds no fresh download since (a second step on the same gradients; a checkpoint loaded
-// between the backward and the step) must read the gradients anyway, as the run without offload
-// does. ZeRO-3 and DDP, f32 and bf16: every parameter equal.
+// between the backward and the step; a step after zero_grad with no backward) must read the
+// gradients anyway, as the run without offload does. ZeRO-3 and DDP, f32 and bf16: every
+// parameter equal.
 inline void expect_host_tier_rereads_gradients(Communicator& comm, Device device = Device::cpu()) {
   using namespace sharded;
   SharedDir tmp(comm);
@@ -376,6 +377,8 @@ inline void expect_host_tier_rereads_gradients(Communicator& comm, Device device
         run.opt->step(scale);  // the same gradients again
         load_sharded(tmp / "ckpt", *run.zero, *run.opt);
         run.opt->step(scale);  // after a load: the parameters went up, the gradients are still there
+        run.zero->zero_grad();
+        run.opt->step(1.0);  // on zeroed gradients: no backward since
         run.zero->zero_grad();
         params[host] = run.params();
       }
