@@ -435,7 +435,7 @@ int main(int argc, char** argv) {
     if (app.count("--link-latency-us") > 0 && a.tflops == 0)
       throw CLI::ValidationError("--link-latency-us", "applies to the overlap model: give --tflops and --link-gbps");
     if (app.count("--grad-accum") > 0 && a.offload_optimizer != "nvme" && a.offload_params == "none")
-      throw CLI::ValidationError("--grad-accum", "counts the offloaded shards' reads: give --offload-optimizer or "
+      throw CLI::ValidationError("--grad-accum", "counts the offloaded shards' reads: give --offload-optimizer nvme or "
                                                  "--offload-params nvme");
     if (a.offload_optimizer == "cpu" && a.offload_params != "none")
       throw CLI::ValidationError("--offload-params", "NVMe offload runs on CPU ranks; --offload-optimizer cpu is a "

@@ -77,7 +77,8 @@ void check_sampling(const Args& a, const CLI::App& app, const Setup& s, bool gpt
 void check_model_fits_in_memory(const nn::GPTConfig& c, const Args& a, int world, Device dev) {
   // Offloaded optimizer states (to the host from a GPU, or to NVMe) leave the device's memory.
   const bool offloaded = a.offload_optimizer == "nvme" || (a.offload_optimizer == "cpu" && dev.is_cuda());
-  const nn::TrainingMemoryFloor need = nn::training_memory_floor(c, a.batch, a.seq, world, offloaded);
+  const nn::TrainingMemoryFloor need =
+      nn::training_memory_floor(c, a.batch, a.seq, world, offloaded, a.dtype == "bf16" ? 2 : 4);
   const double have = static_cast<double>(device_info(dev).total_bytes);
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
   if (have > 0 && need.total() > have)
@@ -104,7 +105,8 @@ void check_host_tier_fits(const Args& a, const Setup& s, int world, int ranks_he
     throw UsageError(detail::str("--offload-optimizer cpu: the optimizer states of this machine's ", ranks_here,
                                  " rank(s) need ", format_bytes(need), " of host memory (masters, Adam moments and "
                                  "exchange buffers), more than its ", format_bytes(have), "; shard them over more "
-                                 "ranks (--zero-stage 1-3) or machines, or keep them on the GPU (--offload-optimizer none)"));
+                                 "ranks (a higher --zero-stage, more GPUs or machines), or keep them on the GPU "
+                                 "(--offload-optimizer none)"));
 }
 
 // --offload-*: the combination, and room in --offload-dir for what every rank places there

@@ -22,10 +22,13 @@ TEST(GptMemory, AtLeastOneRowAndThePaddedVocabulary) {
   EXPECT_DOUBLE_EQ(training_memory_floor(c, /*batch=*/2, /*seq=*/16, /*world=*/8).logits, 1.0 * 16 * 50304 * 8);
 }
 
-// Offloaded optimizer states (host or NVMe) leave parameters and gradients: 8 bytes each over the ranks.
-TEST(GptMemory, OffloadedOptimizerStatesLeaveEightBytesAParameter) {
+// Offloaded optimizer states (host or NVMe) leave the parameters and gradients, s bytes each:
+// 8 bytes a parameter in f32, 4 in bf16, over the ranks.
+TEST(GptMemory, OffloadedOptimizerStatesLeaveParametersAndGradients) {
   const GPTConfig c{.vocab_size = 256, .block_size = 64, .n_layer = 2, .n_head = 2, .n_embd = 32};
   EXPECT_DOUBLE_EQ(training_memory_floor(c, 8, 64, 4, /*optimizer_offloaded=*/true).states, 8 * c.num_parameters() / 4);
+  EXPECT_DOUBLE_EQ(training_memory_floor(c, 8, 64, 4, true, /*element_bytes=*/2).states, 4 * c.num_parameters() / 4);
+  EXPECT_DOUBLE_EQ(training_memory_floor(c, 8, 64, 4, false, 2).states, 16 * c.num_parameters() / 4);
 }
 
 }  // namespace
