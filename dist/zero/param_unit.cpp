@@ -71,8 +71,7 @@ ParamUnit::ParamUnit(std::string name, int index, std::vector<ParamSlot> slots, 
 
 ParamUnit::~ParamUnit() {
   try {
-    wait_copy(grads_down_);
-    wait_copy(params_up_);
+    wait_exchange_copies();
   } catch (...) {  // destructors do not throw; the device keeps the error for the next synchronize
   }
 }
@@ -211,9 +210,13 @@ void ParamUnit::allocate_params() {
     MemoryScope ms(MemoryCategory::GradientShard);
     std::optional<PinnedHostScope> pinned;
     if (dev.is_cuda()) pinned.emplace();
-    exchange_ = Tensor::empty({master_.numel()}, ct, Device::cpu());
-    exchange_.zero_();
+    exchange_ = Tensor::empty({master_.numel()}, ct, Device::cpu());  // written before every read
   }
+}
+
+void ParamUnit::wait_exchange_copies() {
+  wait_copy(std::exchange(grads_down_, nullptr));
+  wait_copy(std::exchange(params_up_, nullptr));
 }
 
 void ParamUnit::params_from_master(const Tensor& dst) {
@@ -221,8 +224,7 @@ void ParamUnit::params_from_master(const Tensor& dst) {
     dst.copy_(master_);
     return;
   }
-  wait_copy(std::exchange(grads_down_, nullptr));  // a load between steps: a download may be in flight
-  wait_copy(std::exchange(params_up_, nullptr));
+  wait_exchange_copies();  // a load between steps: a download may be in flight
   exchange_.copy_(master_);
   exchange_holds_grads_ = false;
   params_up_ = copy_bytes_async(dst.raw_data(), dst.device(), exchange_.raw_data(), Device::cpu(), dst.nbytes());
@@ -233,7 +235,7 @@ void ParamUnit::wait_host_grads() {
   if (!exchange_.defined() || exchange_holds_grads_) return;
   // No download since the last upload (a unit no backward reached, a second step on the same
   // gradients, a checkpoint loaded between backward and step): bring the gradients down now.
-  wait_copy(std::exchange(params_up_, nullptr));
+  wait_exchange_copies();
   exchange_.copy_(grad_shard_);
   exchange_holds_grads_ = true;
 }
@@ -610,7 +612,8 @@ void ParamUnit::zero_grad() {
 }
 
 OptimizerShard ParamUnit::optimizer_shard() const {
-  OptimizerShard s{master_, exchange_.defined() ? exchange_ : grad_shard_, master_begin_, segments(master_begin_, master_begin_ + master_.numel()), {}};
+  const Tensor& grad = exchange_.defined() ? exchange_ : grad_shard_;  // host tier: the host's copy
+  OptimizerShard s{master_, grad, master_begin_, segments(master_begin_, master_begin_ + master_.numel()), {}};
   if (master_off_) s.offloaded.push_back(master_off_.get());
   else if (shard_off_ && master_.same(param_shard_)) s.offloaded.push_back(shard_off_.get());  // f32 ZeRO-3
   return s;

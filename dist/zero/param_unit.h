@@ -229,6 +229,8 @@ class ParamUnit {
   // The compute-dtype parameters `dst` (contiguous, the master's size) cast from the master: on
   // the master's device, or with the host tier on the host and copied up beside the compute stream.
   void params_from_master(const Tensor& dst);
+  // Host tier: waits for the exchange buffer's copies in flight, both ways.
+  void wait_exchange_copies();
   void keep_secondary();
   void drop_secondary();
   std::shared_ptr<Work> quantized_gather();
