@@ -31,7 +31,14 @@ if ! grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then dtypes=(f32); fi
 # best: on a shared machine other load only ever slows a run down.
 rounds=${ROUNDS:-1}
 declare -A tok  # [side|dtype|shape] -> best tokens/s
-keep() { local v=$2; [ -n "$v" ] && { [ -z "${tok[$1]:-}" ] || [ "$v" -gt "${tok[$1]}" ]; } && tok[$1]=$v; return 0; }
+keep() {  # keep KEY VALUE: the cell's best so far; each measurement is printed as it comes (a run cut
+  # short still shows what it measured)
+  local v=$2 side dt sh
+  IFS='|' read -r side dt sh <<<"$1"
+  echo "  measured $side $dt $(shape_label "$sh"): ${v:-failed} tokens/s"
+  [ -n "$v" ] && { [ -z "${tok[$1]:-}" ] || [ "$v" -gt "${tok[$1]}" ]; } && tok[$1]=$v
+  return 0
+}
 for ((round = 0; round < rounds; round++)); do
   for dtype in "${dtypes[@]}"; do
     for shape in "${shapes[@]}"; do

@@ -1,10 +1,10 @@
 # The PyTorch the benchmarks compare against, sourced by bench/run_*.sh: sets torch_py to
 # today's PyTorch from PyPI in the venv of bench/setup_torch_venv.sh (MKL GEMM, fused SDPA,
 # torch.compile) when there is one, else Debian's python3-torch (1.13, OpenBLAS; an older peer,
-# named as such in the output), else empty (no peer measured). torch_desc says which.
+# named as such in the output), else the python3 on PATH that has torch, else empty (no peer measured). torch_desc says which.
 torch_py="" torch_desc=""
 _venv_py="${ZDL_TORCH_VENV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv-torch}/bin/python"
-for _py in "$_venv_py" /usr/bin/python3; do
+for _py in "$_venv_py" /usr/bin/python3 "$(command -v python3)"; do
   if [ -x "$_py" ] && _v=$("$_py" -c "import torch; print(torch.__version__)" 2>/dev/null); then
     torch_py="$_py" torch_desc="torch $_v ($_py)"
     break

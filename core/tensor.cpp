@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iomanip>
@@ -8,6 +9,7 @@
 #include "core/device_copy.h"
 #include "core/rng.h"
 #include "core/strided_loop.h"
+#include "kernels/cpu/parallel.h"
 #ifdef ZDL_WITH_CUDA
 // [Note: layering] core/ reaches the CUDA layout kernels through their plain C++ header (no CUDA
 // includes); the kernels themselves depend only on core/dtype.h and core/strided_loop.h.
@@ -103,40 +105,52 @@ inline double load_as_double(const void* base, DType t, int64_t i) {
   return 0;
 }
 
+// Runs row(r, lo, hi) over every row's elements [lo, hi) on the CPU's threads: across rows, or
+// across one long row's elements (a flat buffer coalesces to a single row).
+template <class Row>
+void for_each_row_span(const StridedRows<2>& it, Row&& row) {
+  const int64_t rows = it.rows(), inner = it.inner();
+  if (rows == 1) {
+    kernels::cpu::parallel_for(inner, 1, [&](int64_t lo, int64_t hi) { row(0, lo, hi); });
+  } else {
+    kernels::cpu::parallel_for(rows, inner, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) row(r, 0, inner);
+    });
+  }
+}
+
 template <class W>
 void strided_copy_words(const StridedRows<2>& it, W* dst, const W* src) {
-  int64_t rows = it.rows(), inner = it.inner();
-  auto is = it.inner_strides();
-#pragma omp parallel for if (rows * inner > (1 << 15)) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
+  const auto is = it.inner_strides();
+  for_each_row_span(it, [&](int64_t r, int64_t lo, int64_t hi) {
     auto off = it.row_offsets(r);
     W* d = dst + off[0];
     const W* s = src + off[1];
     if (is[0] == 1 && is[1] == 1) {
-      std::memcpy(d, s, static_cast<size_t>(inner) * sizeof(W));
+      std::memcpy(d + lo, s + lo, static_cast<size_t>(hi - lo) * sizeof(W));
+    } else if (is[0] == 1 && is[1] == 0) {  // a fill
+      std::fill(d + lo, d + hi, s[0]);
     } else {
-      for (int64_t i = 0; i < inner; ++i) d[i * is[0]] = s[i * is[1]];
+      for (int64_t i = lo; i < hi; ++i) d[i * is[0]] = s[i * is[1]];
     }
-  }
+  });
 }
 
 template <class D, class S>
 void strided_convert(const StridedRows<2>& it, D* dst, const S* src) {
-  int64_t rows = it.rows(), inner = it.inner();
-  auto is = it.inner_strides();
-#pragma omp parallel for if (rows * inner > (1 << 15)) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
+  const auto is = it.inner_strides();
+  for_each_row_span(it, [&](int64_t r, int64_t lo, int64_t hi) {
     auto off = it.row_offsets(r);
     D* d = dst + off[0];
     const S* s = src + off[1];
     if (is[0] == 1 && is[1] == 1) {
       // Unit strides spelled out: the general loop below compiles to gathers and scatters,
       // far slower for contiguous rows (nearly every mixed-precision cast).
-      for (int64_t i = 0; i < inner; ++i) d[i] = static_cast<D>(static_cast<float>(s[i]));
+      for (int64_t i = lo; i < hi; ++i) d[i] = static_cast<D>(static_cast<float>(s[i]));
     } else {
-      for (int64_t i = 0; i < inner; ++i) d[i * is[0]] = static_cast<D>(static_cast<float>(s[i * is[1]]));
+      for (int64_t i = lo; i < hi; ++i) d[i * is[0]] = static_cast<D>(static_cast<float>(s[i * is[1]]));
     }
-  }
+  });
 }
 
 // Copies a CPU view into another CPU view of the same shape, converting the dtype.

@@ -2,7 +2,8 @@
 # Optimizer offload to cpu on one GPU (the host tier, docs/offload.md): GPT-2 124M step time and
 # the GPU's peak memory with the masters and Adam's moments in host memory, next to the same run
 # without offload, at ZeRO stage 0 and 3. bf16, B=16 (ZDL_BENCH_BATCH), T=1024, 3 warm-up + 5
-# timed steps, one process (the local backend).
+# timed steps, one process (the local backend). The CPU's update runs on every core the process
+# may use (ZDL_OFFLOAD_THREADS: another thread count), the same count for both runs.
 #
 #   bash bench/gpu/run_offload.sh [BUILD_DIR]        # default build-gpu
 #
@@ -15,8 +16,9 @@ source "$(dirname "$0")/common.sh"
 B="${ZDL_BENCH_BATCH:-16}"
 W=3
 S=5
-echo "host CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores," \
-  "OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset}"
+export OMP_NUM_THREADS="${ZDL_OFFLOAD_THREADS:-$(env -u OMP_NUM_THREADS nproc)}"
+echo "host CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(env -u OMP_NUM_THREADS nproc) cores," \
+  "OMP_NUM_THREADS=$OMP_NUM_THREADS"
 failed=0
 table="$work/table"
 printf '%-8s %-8s %9s %10s %9s\n' stage offload step_ms tokens/s gpu_GiB

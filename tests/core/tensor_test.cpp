@@ -1,4 +1,8 @@
 #include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
 
 #include "autograd/ops.h"
 #include "core/tensor.h"
@@ -13,6 +17,48 @@ TEST(Tensor, FactoriesAndViews) {
   EXPECT_FALSE(tt.is_contiguous());
   EXPECT_EQ(tt.to_vector(), (std::vector<double>{1, 4, 2, 5, 3, 6}));
   EXPECT_EQ(tt.storage(), t.storage());
+}
+
+// Copies, casts and fills of a long flat buffer split its one row across threads; a strided
+// view with few long rows too. Every element must come out as the one-element conversion does.
+TEST(Tensor, LargeCopiesCastsAndFillsMatchElementByElementOnAnyThreadCount) {
+  const int64_t n = (1 << 17) + 37;  // over the parallel grain, not a multiple of the thread count
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    v[static_cast<size_t>(i)] = std::ldexp(1.0f + 0.37f * static_cast<float>(i % 997), -static_cast<int>(i % 23)) *
+                                ((i & 1) ? -1.0f : 1.0f);
+  Tensor f = Tensor::empty({n}, DType::F32);
+  std::memcpy(f.raw_data(), v.data(), v.size() * sizeof(float));
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    Tensor b = Tensor::empty({n}, DType::BF16);
+    b.copy_(f);
+    const auto* bp = static_cast<const BFloat16*>(b.raw_data());
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bp[i].bits, BFloat16(v[static_cast<size_t>(i)]).bits) << i << " threads " << threads;
+    Tensor back = Tensor::empty({n}, DType::F32);
+    back.copy_(b);
+    Tensor same = Tensor::empty({n}, DType::BF16);
+    same.copy_(b);
+    EXPECT_EQ(std::memcmp(same.raw_data(), b.raw_data(), b.nbytes()), 0) << threads;
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(static_cast<const float*>(back.raw_data())[i], static_cast<float>(bp[i])) << i;
+    // Two long rows, every other column: the strided path, split by rows and by elements.
+    Tensor cols = Tensor::empty({2, n}, DType::F32);
+    cols.fill_(-1.5);
+    Tensor odd_columns = Tensor::from_storage(cols.storage(), {2, n / 2}, {n, 2}, 1, DType::F32);
+    odd_columns.copy_(Tensor::from_storage(f.storage(), {2, n / 2}, {n / 2, 1}, 0, DType::F32));
+    const float* cp = static_cast<const float*>(cols.raw_data());
+    for (int64_t r = 0; r < 2; ++r)
+      for (int64_t j = 0; j < n / 2; ++j) {
+        ASSERT_EQ(cp[r * n + 2 * j], -1.5f) << r << "," << j;
+        ASSERT_EQ(cp[r * n + 2 * j + 1], v[static_cast<size_t>(r * (n / 2) + j)]) << r << "," << j;
+      }
+    ASSERT_EQ(cp[n - 1], -1.5f);  // n is odd: the last column of row 0 is not in the view
+    Tensor z = Tensor::empty({n}, DType::BF16);
+    z.fill_(3.0);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(static_cast<const BFloat16*>(z.raw_data())[i].bits, BFloat16(3.0f).bits);
+  }
+  omp_set_num_threads(saved);
 }
 
 }  // namespace zdl
