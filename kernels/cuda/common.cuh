@@ -3,6 +3,7 @@
 //  - grid sizing for grid-stride loops,
 //  - f32 loads/stores of f32 and bf16 elements (all arithmetic is f32, as in the CPU twins'
 //    bf16 path),
+//  - 16-byte packs of elements for 128-bit loads and stores,
 //  - warp and block sums/maxima,
 //  - a dtype switch from the type-erased entry points (DType + void*) to typed launchers.
 #pragma once
@@ -49,6 +50,62 @@ __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
   __nv_bfloat16_raw r;
   r.x = bf16_bits_from_float(x);
   return __nv_bfloat16(r);
+}
+
+// 16 bytes of elements (8 bf16 or 4 f32): one 128-bit load or store, where a warp's scalar
+// 2-byte accesses would need eight instructions for the same bytes. Only for addresses that
+// are 16-byte aligned (aligned16 on the host decides which kernel runs).
+template <class T>
+struct alignas(16) Pack {
+  static constexpr int kN = 16 / static_cast<int>(sizeof(T));
+  T v[kN];
+};
+template <class T>
+__device__ __forceinline__ Pack<T> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T>*>(p);
+}
+template <class T>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T>& x) {
+  *reinterpret_cast<Pack<T>*>(p) = x;
+}
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// out[i] = f(a[i]) (map1) or f(a[i], b[i]) (map2) over n elements, f in f32, grid-stride. kVec:
+// every pointer is 16-byte aligned, and whole packs go by 128-bit accesses, the n % W tail one
+// by one. Each element is read and written by one thread, so out may alias an input. Launch
+// with map_grid<T>(n, kVec).
+template <class T, bool kVec, class F>
+__device__ __forceinline__ void map1(int64_t n, const T* a, T* out, F f) {
+  constexpr int W = Pack<T>::kN;
+  const int64_t packs = kVec ? n / W : 0;
+  ZDL_GRID_STRIDE(p, packs) {
+    const Pack<T> x = load_pack(a + p * W);
+    Pack<T> o;
+#pragma unroll
+    for (int k = 0; k < W; ++k) o.v[k] = from_f<T>(f(to_f(x.v[k])));
+    store_pack(out + p * W, o);
+  }
+  ZDL_GRID_STRIDE(j, n - packs * W) out[packs * W + j] = from_f<T>(f(to_f(a[packs * W + j])));
+}
+template <class T, bool kVec, class F>
+__device__ __forceinline__ void map2(int64_t n, const T* a, const T* b, T* out, F f) {
+  constexpr int W = Pack<T>::kN;
+  const int64_t packs = kVec ? n / W : 0;
+  ZDL_GRID_STRIDE(p, packs) {
+    const Pack<T> x = load_pack(a + p * W), y = load_pack(b + p * W);
+    Pack<T> o;
+#pragma unroll
+    for (int k = 0; k < W; ++k) o.v[k] = from_f<T>(f(to_f(x.v[k]), to_f(y.v[k])));
+    store_pack(out + p * W, o);
+  }
+  ZDL_GRID_STRIDE(j, n - packs * W) {
+    const int64_t i = packs * W + j;
+    out[i] = from_f<T>(f(to_f(a[i]), to_f(b[i])));
+  }
+}
+template <class T>
+unsigned map_grid(int64_t n, bool vec) {
+  return grid_for(vec ? n / Pack<T>::kN + n % Pack<T>::kN : n);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernels/cuda/copy.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/strided.cuh"
 
 namespace zdl::kernels::cuda {
@@ -138,6 +139,9 @@ void strided_copy(const StridedRows<2>& it, DType dst_dtype, void* dst, DType sr
     }
     ZDL_CHECK(false, "cuda strided_copy: unexpected element size ", es, " of ", dtype_name(dst_dtype));
   }
+  const bool bf16_f32 = (dst_dtype == DType::BF16 && src_dtype == DType::F32) ||
+                        (dst_dtype == DType::F32 && src_dtype == DType::BF16);
+  if (bf16_f32 && strided_all_contiguous(it)) return cast(src_dtype, dst_dtype, n, src, dst);  // 16-byte packs
   if (dst_dtype == DType::BF16 && src_dtype == DType::F32)
     return launch_strided(it, F32ToBf16{static_cast<uint16_t*>(dst), static_cast<const float*>(src)},
                           "cuda strided_copy");
@@ -158,6 +162,10 @@ void strided_fill(const StridedRows<1>& it, DType dtype, void* dst, double value
     case DType::F16: bits = Half(static_cast<float>(value)).bits; break;
     case DType::I32: { int32_t v = static_cast<int32_t>(value); std::memcpy(&bits, &v, 4); break; }
     case DType::I64: { int64_t v = static_cast<int64_t>(value); std::memcpy(&bits, &v, 8); break; }
+  }
+  if (bits == 0 && strided_all_contiguous(it)) {  // zeros (every dtype's 0 is all-zero bits)
+    ZDL_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(strided_numel(it)) * element_size(dtype), compute_stream()));
+    return;
   }
   switch (element_size(dtype)) {
     case 2: return fill_words<uint16_t>(it, dst, static_cast<uint16_t>(bits));

@@ -25,13 +25,18 @@ __device__ __forceinline__ double block_sum_f64(double v, double* scratch) {
   return warp_sum_f64(v);
 }
 
-// Block per row n (grid-stride). The target check and the row loop bound are the same for
-// the whole block, so every thread reaches the block reductions.
-template <class T, class I>
+// Block per row n (grid-stride), one pass over the row: each thread keeps the running maximum m
+// of the elements it saw and the f64 sum of exp(x - m), rescaled when m grows; the block then
+// takes the row's maximum M and adds each thread's sum times exp(m - M) in a fixed order. The
+// row is read once (bandwidth is the kernel's cost at GPT-2's V = 50304), in 16-byte packs where
+// kVec (the rows are 16-byte aligned); the target check and the row loop bounds are the same
+// for the whole block, so every thread reaches the block reductions.
+template <class T, bool kVec, class I>
 __global__ void ce_forward_kernel(int64_t N, int64_t V, int64_t ld, const T* logits, const I* targets,
                                   int64_t ignore_index, float* row_max, float* row_lse, float* row_loss) {
   __shared__ float scratch[32];
   __shared__ double scratch_d[32];
+  constexpr int W = Pack<T>::kN;
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const int64_t t = static_cast<int64_t>(targets[n]);
     if (t == ignore_index) {
@@ -39,12 +44,34 @@ __global__ void ce_forward_kernel(int64_t N, int64_t V, int64_t ld, const T* log
       continue;
     }
     const T* x = logits + n * ld;
-    float mx = -INFINITY;
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, to_f(x[v]));
-    mx = block_max(mx, scratch);
+    float m = -INFINITY;
     double s = 0.0;
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) s += static_cast<double>(expf(to_f(x[v]) - mx));
-    s = block_sum_f64(s, scratch_d);
+    // A group of k values: raise m to their maximum first, then add their exponentials. -inf
+    // adds nothing (also while m is still -inf); NaN and +inf make s NaN, as on the CPU.
+    auto take = [&](const float* g, int k) {
+      float gm = g[0];
+      for (int i = 1; i < k; ++i) gm = fmaxf(gm, g[i]);
+      if (gm > m) {
+        s *= static_cast<double>(expf(m - gm));
+        m = gm;
+      }
+      for (int i = 0; i < k; ++i) s += g[i] == -INFINITY ? 0.0 : static_cast<double>(expf(g[i] - m));
+    };
+    const int64_t packs = kVec ? V / W : 0;
+    for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+      const Pack<T> pk = load_pack(x + p * W);
+      float g[W];
+#pragma unroll
+      for (int i = 0; i < W; ++i) g[i] = to_f(pk.v[i]);
+      take(g, W);
+    }
+    for (int64_t v = packs * W + threadIdx.x; v < V; v += blockDim.x) {
+      const float g = to_f(x[v]);
+      take(&g, 1);
+    }
+    const float mx = block_max(m, scratch);
+    // A thread that saw only -inf has s = 0 (and exp(-inf - -inf) would be NaN).
+    s = block_sum_f64(s == 0.0 ? 0.0 : s * static_cast<double>(expf(m - mx)), scratch_d);
     if (threadIdx.x == 0) {
       const double lse = log(s);
       row_max[n] = mx;
@@ -66,33 +93,45 @@ __global__ void ce_mean_kernel(int64_t N, const float* row_loss, int64_t count, 
 
 // dlogits[n, v] = s * exp(x - max - lse) - s [v == t], s = dloss / count, 0 in the padding
 // v >= V. Block per row; each element is read by the thread that then writes it, so dlogits
-// may be logits.
-template <class T, class I>
+// may be logits. kVec: rows 16-byte aligned and ld a whole number of packs, read and written
+// in 16-byte packs.
+template <class T, bool kVec, class I>
 __global__ void ce_backward_kernel(int64_t N, int64_t V, int64_t ld, const T* logits, const I* targets,
                                    int64_t ignore_index, const float* row_max, const float* row_lse,
                                    const float* dloss, int64_t count, T* dlogits) {
+  constexpr int W = Pack<T>::kN;
   const float s = static_cast<float>(static_cast<double>(dloss[0]) / static_cast<double>(count));
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     T* d = dlogits + n * ld;
     const int64_t t = static_cast<int64_t>(targets[n]);
-    if (t == ignore_index) {
-      for (int64_t v = threadIdx.x; v < ld; v += blockDim.x) d[v] = from_f<T>(0.0f);
-      continue;
-    }
+    const bool ignored = t == ignore_index;
     const T* x = logits + n * ld;
-    const float shift = row_max[n] + row_lse[n];
-    for (int64_t v = threadIdx.x; v < ld; v += blockDim.x) {
-      float g = 0.0f;
-      if (v < V) {
-        g = __fmul_rn(s, expf(to_f(x[v]) - shift));  // no fma: s p - s rounds as the CPU's two steps
-        if (v == t) g -= s;
-      }
-      d[v] = from_f<T>(g);
+    const float shift = ignored ? 0.0f : row_max[n] + row_lse[n];
+    auto grad = [&](float xv, int64_t v) {
+      if (ignored || v >= V) return 0.0f;
+      float g = __fmul_rn(s, expf(xv - shift));  // no fma: s p - s rounds as the CPU's two steps
+      if (v == t) g -= s;
+      return g;
+    };
+    const int64_t packs = kVec ? ld / W : 0;
+    for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+      const Pack<T> pk = load_pack(x + p * W);
+      Pack<T> out;
+#pragma unroll
+      for (int i = 0; i < W; ++i) out.v[i] = from_f<T>(grad(to_f(pk.v[i]), p * W + i));
+      store_pack(d + p * W, out);
     }
+    for (int64_t v = packs * W + threadIdx.x; v < ld; v += blockDim.x) d[v] = from_f<T>(grad(to_f(x[v]), v));
   }
 }
 
 unsigned rows_grid(int64_t rows) { return static_cast<unsigned>(std::clamp<int64_t>(rows, 1, 65535 * 16)); }
+
+// Rows of ld elements of T from p can be read in 16-byte packs.
+template <class T>
+bool rows_in_packs(const void* p, int64_t ld) {
+  return aligned16(p) && (ld * static_cast<int64_t>(sizeof(T))) % 16 == 0;
+}
 
 template <class F>
 void dispatch_ids(DType idtype, const char* what, F&& f) {
@@ -113,9 +152,10 @@ void cross_entropy_forward(DType dtype, DType idtype, int64_t N, int64_t V, int6
       using T = decltype(tag);
       dispatch_ids(idtype, "cross_entropy (cuda)", [&](auto itag) {
         using I = decltype(itag);
-        ce_forward_kernel<T, I><<<rows_grid(N), kRowBlock, 0, s>>>(N, V, ld, static_cast<const T*>(logits),
-                                                                   static_cast<const I*>(targets), ignore_index,
-                                                                   row_max, row_lse, row_loss);
+        auto kernel = rows_in_packs<T>(logits, ld) ? ce_forward_kernel<T, true, I> : ce_forward_kernel<T, false, I>;
+        kernel<<<rows_grid(N), kRowBlock, 0, s>>>(N, V, ld, static_cast<const T*>(logits),
+                                                  static_cast<const I*>(targets), ignore_index, row_max, row_lse,
+                                                  row_loss);
         ZDL_CUDA_CHECK_LAUNCH();
       });
     };
@@ -142,9 +182,11 @@ void cross_entropy_backward(DType dtype, DType idtype, int64_t N, int64_t V, int
     using T = decltype(tag);
     dispatch_ids(idtype, "cross_entropy backward (cuda)", [&](auto itag) {
       using I = decltype(itag);
-      ce_backward_kernel<T, I><<<rows_grid(N), kRowBlock, 0, s>>>(
-          N, V, ld, static_cast<const T*>(logits), static_cast<const I*>(targets), ignore_index, row_max, row_lse, dloss,
-          count, static_cast<T*>(dlogits));
+      auto kernel = rows_in_packs<T>(logits, ld) && aligned16(dlogits) ? ce_backward_kernel<T, true, I>
+                                                                        : ce_backward_kernel<T, false, I>;
+      kernel<<<rows_grid(N), kRowBlock, 0, s>>>(N, V, ld, static_cast<const T*>(logits),
+                                                static_cast<const I*>(targets), ignore_index, row_max, row_lse, dloss,
+                                                count, static_cast<T*>(dlogits));
       ZDL_CUDA_CHECK_LAUNCH();
     });
   };

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <initializer_list>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/layer_norm.h"
@@ -19,31 +20,66 @@ unsigned row_warp_grid(int64_t rows) {
 // the GPU, at least 16 rows per chunk. Depends on `rows` only (determinism).
 int64_t ln_chunks(int64_t rows) { return std::clamp<int64_t>((rows + 15) / 16, 1, 512); }
 
-// One warp per row r (the loop bound is the same for all lanes of a warp, so the shuffles
-// see full warps).
+// Calls f(c, a[c], b[c]) for the elements of C-element rows a and b that lane `lane` of a warp
+// owns: in kVec (the rows 16-byte aligned, C a whole number of packs) pack p = lane, lane + 32,
+// ... (the warp reads 512 contiguous bytes per step), else c = lane, lane + 32, ... With `out`,
+// the row out gets f's value at each element, written in packs where kVec.
+template <class T, bool kVec, class F>
+__device__ __forceinline__ void lane_elements(const T* a, const T* b, int64_t C, int lane, F f, T* out = nullptr) {
+  constexpr int W = Pack<T>::kN;
+  if constexpr (kVec) {
+    for (int64_t p = lane; p < C / W; p += 32) {
+      const Pack<T> x = load_pack(a + p * W), y = load_pack(b + p * W);
+      Pack<T> o;
+#pragma unroll
+      for (int k = 0; k < W; ++k) o.v[k] = from_f<T>(f(p * W + k, to_f(x.v[k]), to_f(y.v[k])));
+      if (out) store_pack(out + p * W, o);
+    }
+  } else {
+    for (int64_t c = lane; c < C; c += 32) {
+      const float v = f(c, to_f(a[c]), to_f(b[c]));
+      if (out) out[c] = from_f<T>(v);
+    }
+  }
+}
+
+// Rows of C elements from each pointer can be read in 16-byte packs.
 template <class T>
+bool rows_in_packs(int64_t C, std::initializer_list<const void*> rows) {
+  if ((C * static_cast<int64_t>(sizeof(T))) % 16 != 0) return false;
+  for (const void* p : rows)
+    if (!aligned16(p)) return false;
+  return true;
+}
+
+// One warp per row r (the loop bound is the same for all lanes of a warp, so the shuffles
+// see full warps). Three passes over the row (mean, variance, output): the second and third
+// read it from L1.
+template <class T, bool kVec>
 __global__ void layer_norm_forward_kernel(int64_t rows, int64_t C, const T* x, const T* weight, const T* bias,
                                           float eps, T* out, float* mean, float* rstd) {
   const int lane = threadIdx.x % 32;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += stride) {
     const T* xr = x + r * C;
-    T* yr = out + r * C;
     float s = 0.0f;
-    for (int64_t c = lane; c < C; c += 32) s += to_f(xr[c]);
+    lane_elements<T, kVec>(xr, xr, C, lane, [&](int64_t, float v, float) { return s += v; });
     const float m = warp_sum(s) / static_cast<float>(C);
-    float v = 0.0f;
-    for (int64_t c = lane; c < C; c += 32) {
-      const float d = to_f(xr[c]) - m;
-      v += d * d;
-    }
-    const float rs = 1.0f / sqrtf(warp_sum(v) / static_cast<float>(C) + eps);
-    for (int64_t c = lane; c < C; c += 32) {
-      float n = (to_f(xr[c]) - m) * rs;
-      if (weight) n *= to_f(weight[c]);
-      if (bias) n += to_f(bias[c]);
-      yr[c] = from_f<T>(n);
-    }
+    float var = 0.0f;
+    lane_elements<T, kVec>(xr, xr, C, lane, [&](int64_t, float v, float) {
+      const float d = v - m;
+      return var += d * d;
+    });
+    const float rs = 1.0f / sqrtf(warp_sum(var) / static_cast<float>(C) + eps);
+    lane_elements<T, kVec>(
+        xr, xr, C, lane,
+        [&](int64_t c, float v, float) {
+          float n = (v - m) * rs;
+          if (weight) n *= to_f(weight[c]);
+          if (bias) n += to_f(bias[c]);
+          return n;
+        },
+        out + r * C);
     if (lane == 0) {
       mean[r] = m;
       rstd[r] = rs;
@@ -52,7 +88,7 @@ __global__ void layer_norm_forward_kernel(int64_t rows, int64_t C, const T* x, c
 }
 
 // dx, one warp per row.
-template <class T>
+template <class T, bool kVec>
 __global__ void layer_norm_dx_kernel(int64_t rows, int64_t C, const T* x, const T* weight, const float* mean,
                                      const float* rstd, const T* dout, T* dx) {
   const int lane = threadIdx.x % 32;
@@ -60,21 +96,23 @@ __global__ void layer_norm_dx_kernel(int64_t rows, int64_t C, const T* x, const 
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += stride) {
     const T* xr = x + r * C;
     const T* gr = dout + r * C;
-    T* dxr = dx + r * C;
     const float m = mean[r], rs = rstd[r];
     float sum_g = 0.0f, sum_gx = 0.0f;  // sum_c g, sum_c g * xhat
-    for (int64_t c = lane; c < C; c += 32) {
-      const float g = weight ? to_f(gr[c]) * to_f(weight[c]) : to_f(gr[c]);
+    lane_elements<T, kVec>(xr, gr, C, lane, [&](int64_t c, float v, float d) {
+      const float g = weight ? d * to_f(weight[c]) : d;
       sum_g += g;
-      sum_gx += g * ((to_f(xr[c]) - m) * rs);
-    }
+      return sum_gx += g * ((v - m) * rs);
+    });
     const float mg = warp_sum(sum_g) / static_cast<float>(C);
     const float mgx = warp_sum(sum_gx) / static_cast<float>(C);
-    for (int64_t c = lane; c < C; c += 32) {
-      const float g = weight ? to_f(gr[c]) * to_f(weight[c]) : to_f(gr[c]);
-      const float xhat = (to_f(xr[c]) - m) * rs;
-      dxr[c] = from_f<T>(rs * (g - mg - xhat * mgx));
-    }
+    lane_elements<T, kVec>(
+        xr, gr, C, lane,
+        [&](int64_t c, float v, float d) {
+          const float g = weight ? d * to_f(weight[c]) : d;
+          const float xhat = (v - m) * rs;
+          return rs * (g - mg - xhat * mgx);
+        },
+        dx + r * C);
   }
 }
 
@@ -138,7 +176,9 @@ void layer_norm_forward(DType dtype, int64_t rows, int64_t C, const void* x, con
   ZDL_CHECK(C > 0, "layer_norm (cuda): C must be > 0, got ", C);
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    layer_norm_forward_kernel<T><<<row_warp_grid(rows), kBlock, 0, compute_stream()>>>(
+    const bool vec = rows_in_packs<T>(C, {x, out});
+    (vec ? layer_norm_forward_kernel<T, true> : layer_norm_forward_kernel<T, false>)<<<row_warp_grid(rows), kBlock, 0,
+                                                                                       compute_stream()>>>(
         rows, C, static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
         static_cast<float>(eps), static_cast<T*>(out), mean, rstd);
     ZDL_CUDA_CHECK_LAUNCH();
@@ -160,8 +200,9 @@ void layer_norm_backward(DType dtype, int64_t rows, int64_t C, const void* x, co
     const T* px = static_cast<const T*>(x);
     const T* pg = static_cast<const T*>(dout);
     if (dx) {
-      layer_norm_dx_kernel<T><<<row_warp_grid(rows), kBlock, 0, s>>>(rows, C, px, static_cast<const T*>(weight),
-                                                                     mean, rstd, pg, static_cast<T*>(dx));
+      const bool vec = rows_in_packs<T>(C, {x, dout, dx});
+      (vec ? layer_norm_dx_kernel<T, true> : layer_norm_dx_kernel<T, false>)<<<row_warp_grid(rows), kBlock, 0, s>>>(
+          rows, C, px, static_cast<const T*>(weight), mean, rstd, pg, static_cast<T*>(dx));
       ZDL_CUDA_CHECK_LAUNCH();
     }
     if (dweight || dbias) {

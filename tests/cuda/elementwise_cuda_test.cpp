@@ -199,6 +199,44 @@ TEST(CudaElementwise, CastMatchesCpuBitForBit) {
   }
 }
 
+// The contiguous kernels read and write 16-byte packs where every pointer is 16-byte aligned
+// and go element by element otherwise: from element 0, 1 and 3 of a buffer (aligned, then
+// not), over lengths that leave a tail after the last pack, each must give the CPU's bits.
+TEST(CudaElementwise, ContiguousKernelsGiveTheCpuBitsAlignedOrNot) {
+  ZDL_REQUIRE_GPU();
+  for (DType dt : kDtypes)
+    for (int64_t off : {0, 1, 3})
+      for (int64_t n : {5, 4099, 65543}) {
+        const std::string what = std::string(dtype_name(dt)) + " from element " + std::to_string(off) + " n=" +
+                                 std::to_string(n);
+        Tensor a_full = uniform({n + 3}, 61, dt), b_full = uniform({n + 3}, 62, dt);
+        Tensor a = slice(a_full, 0, off, off + n), b = slice(b_full, 0, off, off + n);
+        Tensor ga = slice(a_full.to(Device::cuda()), 0, off, off + n), gb = slice(b_full.to(Device::cuda()), 0, off, off + n);
+        EXPECT_TRUE(bytes_of(add(ga, gb)) == bytes_of(add(a, b))) << "add " << what;
+        EXPECT_TRUE(bytes_of(mul(ga, 0.75)) == bytes_of(mul(a, 0.75))) << "mul by a scalar " << what;
+        Tensor ca = a.contiguous_copy(), gca = slice(a_full.to(Device::cuda()), 0, off, off + n);
+        add_(ca, b);
+        add_(gca, gb);
+        EXPECT_TRUE(bytes_of(gca) == bytes_of(ca)) << "add_ " << what;
+        scale_(ca, 0.123);
+        scale_(gca, 0.123);
+        EXPECT_TRUE(bytes_of(gca) == bytes_of(ca)) << "scale_ " << what;
+        const DType other = dt == DType::F32 ? DType::BF16 : DType::F32;
+        EXPECT_TRUE(bytes_of(cast(ga, other)) == bytes_of(cast(a, other))) << "cast " << what;
+        Tensor into_cpu = Tensor::empty({n + 3}, other), into_gpu = Tensor::empty({n + 3}, other, Device::cuda());
+        slice(into_cpu, 0, off, off + n).copy_(a);
+        slice(into_gpu, 0, off, off + n).copy_(ga);
+        EXPECT_TRUE(bytes_of(slice(into_gpu, 0, off, off + n)) == bytes_of(slice(into_cpu, 0, off, off + n)))
+            << "copy_ to " << dtype_name(other) << " " << what;
+        Tensor z = a_full.to(Device::cuda());
+        slice(z, 0, off, off + n).zero_();
+        std::vector<double> zv = z.to_vector(), av = a_full.to_vector();
+        for (int64_t i = 0; i < n + 3; ++i)
+          ASSERT_EQ(zv[static_cast<size_t>(i)], i >= off && i < off + n ? 0.0 : av[static_cast<size_t>(i)])
+              << "zero_ " << what << " at " << i;
+      }
+}
+
 TEST(CudaElementwise, Deterministic) {
   ZDL_REQUIRE_GPU();
   for (DType dt : kDtypes) {

@@ -60,6 +60,13 @@ TEST(CudaNn, GeluMatchesCpu) {
       expect_close(run_op(f, {x}, gpu()), run_op(f, {x}, kCpu), tolerance(dt),
                    "gelu " + name(dt) + " n=" + std::to_string(n));
     }
+  // From the second element on: the data is not 16-byte aligned, so the kernels take their
+  // element-by-element path instead of 16-byte packs.
+  auto shifted = [](const std::vector<Tensor>& in) { return gelu(slice(in[0], 0, 1, in[0].size(0))); };
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Tensor x = randn({4099}, 2, dt, 3.0);
+    expect_close(run_op(shifted, {x}, gpu()), run_op(shifted, {x}, kCpu), tolerance(dt), "gelu from element 1 " + name(dt));
+  }
 }
 
 // ---------------- layer_norm ----------------
@@ -69,7 +76,7 @@ TEST(CudaNn, LayerNormMatchesCpu) {
   auto f = [](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2], 1e-5); };
   for (DType dt : {DType::F32, DType::BF16})
     for (int64_t rows : {1, 7, 129})
-      for (int64_t C : {1, 33, 769}) {
+      for (int64_t C : {1, 33, 768, 769}) {  // 768: rows of whole 16-byte packs (the packed kernels)
         // A non-zero mean exercises the two-pass statistics.
         Tensor x = randn({1, rows, C}, 2, dt, 2.0, 0.5);
         Tensor w = randn({C}, 3, dt, 1.0, 1.0), b = randn({C}, 4, dt);
@@ -87,10 +94,13 @@ TEST(CudaNn, LayerNormWithoutAffineParametersMatchesCpu) {
   auto plain = [](const std::vector<Tensor>& in) { return layer_norm(in[0], Tensor(), Tensor(), 1e-5); };
   auto weight_only = [](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], Tensor(), 1e-3); };
   for (DType dt : {DType::F32, DType::BF16}) {
-    Tensor x = randn({7, 33}, 5, dt), w = randn({33}, 6, dt);
-    expect_close(run_op(plain, {x}, gpu()), run_op(plain, {x}, kCpu), tolerance(dt), "layer_norm plain " + name(dt));
-    expect_close(run_op(weight_only, {x, w}, gpu()), run_op(weight_only, {x, w}, kCpu), tolerance(dt),
-                 "layer_norm weight only " + name(dt));
+    for (int64_t C : {33, 64}) {
+      Tensor x = randn({7, C}, 5, dt), w = randn({C}, 6, dt);
+      expect_close(run_op(plain, {x}, gpu()), run_op(plain, {x}, kCpu), tolerance(dt),
+                   "layer_norm plain " + name(dt) + " C=" + std::to_string(C));
+      expect_close(run_op(weight_only, {x, w}, gpu()), run_op(weight_only, {x, w}, kCpu), tolerance(dt),
+                   "layer_norm weight only " + name(dt) + " C=" + std::to_string(C));
+    }
   }
 }
 
@@ -98,10 +108,12 @@ TEST(CudaNn, LayerNormBackwardIsDeterministic) {
   ZDL_REQUIRE_GPU();
   // Enough rows for many row chunks in the dweight/dbias reduction.
   auto f = [](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2], 1e-5); };
-  for (DType dt : {DType::F32, DType::BF16}) {
-    Tensor x = randn({4099, 769}, 7, dt), w = randn({769}, 8, dt), b = randn({769}, 9, dt);
-    expect_bit_equal(run_op(f, {x, w, b}, gpu()), run_op(f, {x, w, b}, gpu()), "layer_norm " + name(dt));
-  }
+  for (DType dt : {DType::F32, DType::BF16})
+    for (int64_t C : {768, 769}) {
+      Tensor x = randn({4099, C}, 7, dt), w = randn({C}, 8, dt), b = randn({C}, 9, dt);
+      expect_bit_equal(run_op(f, {x, w, b}, gpu()), run_op(f, {x, w, b}, gpu()),
+                       "layer_norm " + name(dt) + " C=" + std::to_string(C));
+    }
 }
 
 // ---------------- softmax ----------------
