@@ -260,7 +260,7 @@ main() {
   stage attention 40 attention_stage
   stage memcheck 120 memcheck_stage
   stage profile 120 profile_stage
-  stage cpu 480 cpu_stage
+  stage cpu 540 cpu_stage
   say ""
   say "== gpu_check summary ($(($(now) - START))s; logs in $RESULTS/logs.tar.gz)"
   say "$(printf '%-9s %-7s %5s  %s' stage status secs note)"

@@ -33,7 +33,10 @@ inline unsigned grid_for(int64_t n, int block = kBlock) {
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 __device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+// bf16 -> f32 is the bits shifted up: exact, and a NaN keeps its sign and payload.
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) {
+  return __uint_as_float(static_cast<uint32_t>(__bfloat16_as_ushort(x)) << 16);
+}
 template <class T>
 __device__ __forceinline__ T from_f(float x);
 template <>

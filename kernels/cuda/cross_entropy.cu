@@ -28,9 +28,11 @@ __device__ __forceinline__ double block_sum_f64(double v, double* scratch) {
 // Block per row n (grid-stride), one pass over the row: each thread keeps the running maximum m
 // of the elements it saw and the f64 sum of exp(x - m), rescaled when m grows; the block then
 // takes the row's maximum M and adds each thread's sum times exp(m - M) in a fixed order. The
-// row is read once (bandwidth is the kernel's cost at GPT-2's V = 50304), in 16-byte packs where
-// kVec (the rows are 16-byte aligned); the target check and the row loop bounds are the same
-// for the whole block, so every thread reaches the block reductions.
+// row is read once (bandwidth is the kernel's cost at GPT-2's V = 50304). Thread t takes the
+// groups of W elements p = t, t + blockDim, ... (the last group may be shorter), so which
+// thread adds which element depends on V alone; kVec (16-byte aligned rows) only changes how a
+// whole group is loaded: one 16-byte pack. The target check and the row loop bounds are the
+// same for the whole block, so every thread reaches the block reductions.
 template <class T, bool kVec, class I>
 __global__ void ce_forward_kernel(int64_t N, int64_t V, int64_t ld, const T* logits, const I* targets,
                                   int64_t ignore_index, float* row_max, float* row_lse, float* row_loss) {
@@ -46,28 +48,31 @@ __global__ void ce_forward_kernel(int64_t N, int64_t V, int64_t ld, const T* log
     const T* x = logits + n * ld;
     float m = -INFINITY;
     double s = 0.0;
-    // A group of k values: raise m to their maximum first, then add their exponentials. -inf
-    // adds nothing (also while m is still -inf); NaN and +inf make s NaN, as on the CPU.
-    auto take = [&](const float* g, int k) {
+    const int64_t groups = (V + W - 1) / W;
+    for (int64_t p = threadIdx.x; p < groups; p += blockDim.x) {
+      const int64_t v0 = p * W;
+      const int k = static_cast<int>(V - v0 < W ? V - v0 : W);
+      float g[W];
+      if (kVec && k == W) {
+        const Pack<T> pk = load_pack(x + v0);
+#pragma unroll
+        for (int i = 0; i < W; ++i) g[i] = to_f(pk.v[i]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < W; ++i) g[i] = i < k ? to_f(x[v0 + i]) : -INFINITY;  // constant indices: g stays in registers
+      }
+      // Raise m to the group's maximum first, then add its exponentials. -inf adds nothing
+      // (also while m is still -inf, and past a short group's end); NaN and +inf make s NaN, as
+      // on the CPU.
       float gm = g[0];
-      for (int i = 1; i < k; ++i) gm = fmaxf(gm, g[i]);
+#pragma unroll
+      for (int i = 1; i < W; ++i) gm = fmaxf(gm, g[i]);
       if (gm > m) {
         s *= static_cast<double>(expf(m - gm));
         m = gm;
       }
-      for (int i = 0; i < k; ++i) s += g[i] == -INFINITY ? 0.0 : static_cast<double>(expf(g[i] - m));
-    };
-    const int64_t packs = kVec ? V / W : 0;
-    for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-      const Pack<T> pk = load_pack(x + p * W);
-      float g[W];
 #pragma unroll
-      for (int i = 0; i < W; ++i) g[i] = to_f(pk.v[i]);
-      take(g, W);
-    }
-    for (int64_t v = packs * W + threadIdx.x; v < V; v += blockDim.x) {
-      const float g = to_f(x[v]);
-      take(&g, 1);
+      for (int i = 0; i < W; ++i) s += g[i] == -INFINITY ? 0.0 : static_cast<double>(expf(g[i] - m));
     }
     const float mx = block_max(m, scratch);
     // A thread that saw only -inf has s = 0 (and exp(-inf - -inf) would be NaN).

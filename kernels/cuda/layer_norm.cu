@@ -21,24 +21,27 @@ unsigned row_warp_grid(int64_t rows) {
 int64_t ln_chunks(int64_t rows) { return std::clamp<int64_t>((rows + 15) / 16, 1, 512); }
 
 // Calls f(c, a[c], b[c]) for the elements of C-element rows a and b that lane `lane` of a warp
-// owns: in kVec (the rows 16-byte aligned, C a whole number of packs) pack p = lane, lane + 32,
-// ... (the warp reads 512 contiguous bytes per step), else c = lane, lane + 32, ... With `out`,
-// the row out gets f's value at each element, written in packs where kVec.
+// owns: the groups of W elements p = lane, lane + 32, ... (the last group may be shorter), so
+// which lane adds which element depends on C alone. kVec (the rows 16-byte aligned, C a whole
+// number of groups) only changes how a group is loaded: one 16-byte pack (the warp reads 512
+// contiguous bytes per step). With `out`, the row out gets f's value at each element, written in
+// packs where kVec.
 template <class T, bool kVec, class F>
 __device__ __forceinline__ void lane_elements(const T* a, const T* b, int64_t C, int lane, F f, T* out = nullptr) {
   constexpr int W = Pack<T>::kN;
-  if constexpr (kVec) {
-    for (int64_t p = lane; p < C / W; p += 32) {
-      const Pack<T> x = load_pack(a + p * W), y = load_pack(b + p * W);
+  for (int64_t p = lane; p < (C + W - 1) / W; p += 32) {
+    const int64_t c0 = p * W;
+    if constexpr (kVec) {
+      const Pack<T> x = load_pack(a + c0), y = load_pack(b + c0);
       Pack<T> o;
 #pragma unroll
-      for (int k = 0; k < W; ++k) o.v[k] = from_f<T>(f(p * W + k, to_f(x.v[k]), to_f(y.v[k])));
-      if (out) store_pack(out + p * W, o);
-    }
-  } else {
-    for (int64_t c = lane; c < C; c += 32) {
-      const float v = f(c, to_f(a[c]), to_f(b[c]));
-      if (out) out[c] = from_f<T>(v);
+      for (int k = 0; k < W; ++k) o.v[k] = from_f<T>(f(c0 + k, to_f(x.v[k]), to_f(y.v[k])));
+      if (out) store_pack(out + c0, o);
+    } else {
+      for (int64_t c = c0; c < c0 + W && c < C; ++c) {
+        const float v = f(c, to_f(a[c]), to_f(b[c]));
+        if (out) out[c] = from_f<T>(v);
+      }
     }
   }
 }

@@ -7,6 +7,7 @@
 // once, as the CUDA kernels do), so the two sides differ by about one bf16 rounding.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -102,6 +103,26 @@ TEST(CudaNn, LayerNormWithoutAffineParametersMatchesCpu) {
                    "layer_norm weight only " + name(dt) + " C=" + std::to_string(C));
     }
   }
+}
+
+// The same rows from a 16-byte-aligned buffer (read in packs) and from one element further
+// into a buffer (read element by element) give the same bits: which lane adds which element
+// depends on C alone.
+TEST(CudaNn, LayerNormGivesTheSameBitsAlignedOrNot) {
+  ZDL_REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::BF16})
+    for (int64_t C : {64, 768}) {
+      const int64_t rows = 37, n = rows * C;
+      auto shifted = [=](const std::vector<Tensor>& in) {
+        return layer_norm(reshape(slice(in[0], 0, 1, n + 1), {rows, C}), in[1], in[2], 1e-5);
+      };
+      auto fresh = [=](const std::vector<Tensor>& in) {  // mul by 1: an aligned copy, exact both ways
+        return layer_norm(reshape(mul(slice(in[0], 0, 1, n + 1), 1.0), {rows, C}), in[1], in[2], 1e-5);
+      };
+      Tensor x = randn({n + 1}, 10, dt, 2.0, 0.5), w = randn({C}, 11, dt, 1.0, 1.0), b = randn({C}, 12, dt);
+      expect_bit_equal(run_op(shifted, {x, w, b}, gpu()), run_op(fresh, {x, w, b}, gpu()),
+                       "layer_norm " + name(dt) + " C=" + std::to_string(C) + " from element 1 vs aligned");
+    }
 }
 
 TEST(CudaNn, LayerNormBackwardIsDeterministic) {
@@ -236,6 +257,35 @@ TEST(CudaNn, CrossEntropyOnPaddedRowsWritesTheGradientInPlace) {
       std::vector<double> grad = g.grads[0].to_vector();
       for (int64_t n = 0; n < 65; ++n)
         for (int64_t v = V; v < ld; ++v) ASSERT_EQ(grad[static_cast<size_t>(n * ld + v)], 0.0) << n << ", " << v;
+    }
+}
+
+// Logits rows from an aligned buffer (16-byte packs) and from one element further (element by
+// element) give the same bits; -inf logits (a masked vocabulary) add nothing, on both paths and
+// on the CPU.
+TEST(CudaNn, CrossEntropyGivesTheSameBitsAlignedOrNotWithInfiniteLogits) {
+  ZDL_REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::BF16})
+    for (int64_t V : {1000, 50304}) {
+      const int64_t N = 33, n = N * V;
+      std::vector<double> v = randn({n + 1}, 26, DType::F32, 2.0).to_vector();
+      std::vector<int64_t> t = random_ids({N}, V, 27).to_int_vector();
+      for (int64_t r = 0; r < N; ++r)
+        for (int64_t c = r % 5; c < V; c += 7)  // every 7th logit masked, never the target
+          if (c != t[static_cast<size_t>(r)]) v[static_cast<size_t>(1 + r * V + c)] = -INFINITY;
+      Tensor logits = Tensor::from_vector(v, {n + 1}, dt);
+      Tensor targets = Tensor::from_vector(t, {N}, DType::I64);
+      auto shifted = [=](const std::vector<Tensor>& in) {
+        return cross_entropy(reshape(slice(in[0], 0, 1, n + 1), {N, V}), in[1], -1);
+      };
+      auto fresh = [=](const std::vector<Tensor>& in) {
+        return cross_entropy(reshape(mul(slice(in[0], 0, 1, n + 1), 1.0), {N, V}), in[1], -1);
+      };
+      const std::string what = "cross_entropy " + name(dt) + " V=" + std::to_string(V);
+      OpRun a = run_op(shifted, {logits, targets}, gpu());
+      expect_bit_equal(a, run_op(fresh, {logits, targets}, gpu()), what + " from element 1 vs aligned");
+      EXPECT_TRUE(std::isfinite(a.out.item())) << what;
+      expect_close(a, run_op(shifted, {logits, targets}, kCpu), tolerance(dt), what + " against the CPU");
     }
 }
 
