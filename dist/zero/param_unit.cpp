@@ -517,17 +517,20 @@ void ParamUnit::finish_reduce() {
     Communicator& rep = *ctx_.replicas;
     (exact() ? rep.all_reduce_fixed_async(p->reduced) : rep.all_reduce_async(p->reduced))->wait();
   }
-  const double inv_n = 1.0 / ctx_.comm->size();
+  // The sum over ranks becomes their mean; alone, x * 1 changes no value: no pass over the bytes.
+  auto average = [n = ctx_.comm->size()](const Tensor& t) {
+    if (n > 1) scale_(t, 1.0 / n);
+  };
   const StagePolicy& pol = ctx_.policy;
   grad_state_ = p->last ? GradState::Reduced : GradState::Accumulating;
   if (exact()) {
     const Tensor& reduced = !pol.shard_optimizer ? grad_flat_ : p->reduced;
-    scale_(reduced, inv_n);
+    average(reduced);
     accumulate_exact(reduced, p->last);
   } else if (!pol.shard_optimizer) {
-    scale_(grad_flat_, inv_n);
+    average(grad_flat_);
   } else {
-    scale_(p->reduced, inv_n);
+    average(p->reduced);
     if (!pol.shard_gradients) {
       grad_shard_.copy_(p->reduced);  // own block of the (persistent) full gradients
     } else {
