@@ -105,24 +105,10 @@ inline double load_as_double(const void* base, DType t, int64_t i) {
   return 0;
 }
 
-// Runs row(r, lo, hi) over every row's elements [lo, hi) on the CPU's threads: across rows, or
-// across one long row's elements (a flat buffer coalesces to a single row).
-template <class Row>
-void for_each_row_span(const StridedRows<2>& it, Row&& row) {
-  const int64_t rows = it.rows(), inner = it.inner();
-  if (rows == 1) {
-    kernels::cpu::parallel_for(inner, 1, [&](int64_t lo, int64_t hi) { row(0, lo, hi); });
-  } else {
-    kernels::cpu::parallel_for(rows, inner, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) row(r, 0, inner);
-    });
-  }
-}
-
 template <class W>
 void strided_copy_words(const StridedRows<2>& it, W* dst, const W* src) {
   const auto is = it.inner_strides();
-  for_each_row_span(it, [&](int64_t r, int64_t lo, int64_t hi) {
+  kernels::cpu::parallel_rows(it.rows(), it.inner(), [&](int64_t r, int64_t lo, int64_t hi) {
     auto off = it.row_offsets(r);
     W* d = dst + off[0];
     const W* s = src + off[1];
@@ -139,7 +125,7 @@ void strided_copy_words(const StridedRows<2>& it, W* dst, const W* src) {
 template <class D, class S>
 void strided_convert(const StridedRows<2>& it, D* dst, const S* src) {
   const auto is = it.inner_strides();
-  for_each_row_span(it, [&](int64_t r, int64_t lo, int64_t hi) {
+  kernels::cpu::parallel_rows(it.rows(), it.inner(), [&](int64_t r, int64_t lo, int64_t hi) {
     auto off = it.row_offsets(r);
     D* d = dst + off[0];
     const S* s = src + off[1];

@@ -37,13 +37,7 @@ void binary_rows(const StridedRows<3>& it, T* out, const T* a, const T* b, F f) 
       for (int64_t i = lo; i < hi; ++i) o[i * is[0]] = g(pa[i * is[1]], pb[i * is[2]]);
     }
   };
-  if (rows == 1) {
-    parallel_for(inner, 1, [&](int64_t lo, int64_t hi) { row(0, lo, hi); });
-  } else {
-    parallel_for(rows, inner, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) row(r, 0, inner);
-    });
-  }
+  parallel_rows(rows, inner, row);
 }
 
 template <class T, class F>
@@ -162,13 +156,7 @@ void accumulate(const StridedRows<2>& it, T* dst, const T* src) {
       for (int64_t i = lo; i < hi; ++i) d[i * is[0]] = add(d[i * is[0]], s[i * is[1]]);
     }
   };
-  if (rows == 1) {
-    parallel_for(inner, 1, [&](int64_t lo, int64_t hi) { row(0, lo, hi); });
-  } else {
-    parallel_for(rows, inner, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) row(r, 0, inner);
-    });
-  }
+  parallel_rows(rows, inner, row);
 }
 
 template <class T>

@@ -28,4 +28,18 @@ void parallel_for(int64_t n, int64_t work_per_item, F&& f) {
   }
 }
 
+// Runs row(r, lo, hi) over elements [lo, hi) of every row r of `rows` rows of `inner` elements,
+// split across threads by rows, or, for a single row (a flat buffer coalesces to one), by its
+// elements.
+template <class Row>
+void parallel_rows(int64_t rows, int64_t inner, Row&& row) {
+  if (rows == 1) {
+    parallel_for(inner, 1, [&](int64_t lo, int64_t hi) { row(0, lo, hi); });
+  } else {
+    parallel_for(rows, inner, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) row(r, 0, inner);
+    });
+  }
+}
+
 }  // namespace zdl::kernels::cpu

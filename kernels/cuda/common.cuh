@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "core/check.h"
 #include "core/cuda_check.h"
@@ -72,6 +73,14 @@ __device__ __forceinline__ void store_pack(T* p, const Pack<T>& x) {
   *reinterpret_cast<Pack<T>*>(p) = x;
 }
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// Rows `row_elems` elements of T apart, from each of `bases`, all start on 16-byte boundaries.
+template <class T>
+bool rows_in_packs(int64_t row_elems, std::initializer_list<const void*> bases) {
+  if ((row_elems * static_cast<int64_t>(sizeof(T))) % 16 != 0) return false;
+  for (const void* p : bases)
+    if (!aligned16(p)) return false;
+  return true;
+}
 
 // out[i] = f(a[i]) (map1) or f(a[i], b[i]) (map2) over n elements, f in f32, grid-stride. kVec:
 // every pointer is 16-byte aligned, and whole packs go by 128-bit accesses, the n % W tail one

@@ -132,11 +132,6 @@ __global__ void ce_backward_kernel(int64_t N, int64_t V, int64_t ld, const T* lo
 
 unsigned rows_grid(int64_t rows) { return static_cast<unsigned>(std::clamp<int64_t>(rows, 1, 65535 * 16)); }
 
-// Rows of ld elements of T from p can be read in 16-byte packs.
-template <class T>
-bool rows_in_packs(const void* p, int64_t ld) {
-  return aligned16(p) && (ld * static_cast<int64_t>(sizeof(T))) % 16 == 0;
-}
 
 template <class F>
 void dispatch_ids(DType idtype, const char* what, F&& f) {
@@ -157,7 +152,7 @@ void cross_entropy_forward(DType dtype, DType idtype, int64_t N, int64_t V, int6
       using T = decltype(tag);
       dispatch_ids(idtype, "cross_entropy (cuda)", [&](auto itag) {
         using I = decltype(itag);
-        auto kernel = rows_in_packs<T>(logits, ld) ? ce_forward_kernel<T, true, I> : ce_forward_kernel<T, false, I>;
+        auto kernel = rows_in_packs<T>(ld, {logits}) ? ce_forward_kernel<T, true, I> : ce_forward_kernel<T, false, I>;
         kernel<<<rows_grid(N), kRowBlock, 0, s>>>(N, V, ld, static_cast<const T*>(logits),
                                                   static_cast<const I*>(targets), ignore_index, row_max, row_lse,
                                                   row_loss);
@@ -187,8 +182,8 @@ void cross_entropy_backward(DType dtype, DType idtype, int64_t N, int64_t V, int
     using T = decltype(tag);
     dispatch_ids(idtype, "cross_entropy backward (cuda)", [&](auto itag) {
       using I = decltype(itag);
-      auto kernel = rows_in_packs<T>(logits, ld) && aligned16(dlogits) ? ce_backward_kernel<T, true, I>
-                                                                        : ce_backward_kernel<T, false, I>;
+      auto kernel =
+          rows_in_packs<T>(ld, {logits, dlogits}) ? ce_backward_kernel<T, true, I> : ce_backward_kernel<T, false, I>;
       kernel<<<rows_grid(N), kRowBlock, 0, s>>>(N, V, ld, static_cast<const T*>(logits),
                                                 static_cast<const I*>(targets), ignore_index, row_max, row_lse, dloss,
                                                 count, static_cast<T*>(dlogits));

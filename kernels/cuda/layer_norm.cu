@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <initializer_list>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/layer_norm.h"
@@ -44,15 +43,6 @@ __device__ __forceinline__ void lane_elements(const T* a, const T* b, int64_t C,
       }
     }
   }
-}
-
-// Rows of C elements from each pointer can be read in 16-byte packs.
-template <class T>
-bool rows_in_packs(int64_t C, std::initializer_list<const void*> rows) {
-  if ((C * static_cast<int64_t>(sizeof(T))) % 16 != 0) return false;
-  for (const void* p : rows)
-    if (!aligned16(p)) return false;
-  return true;
 }
 
 // One warp per row r (the loop bound is the same for all lanes of a warp, so the shuffles
