@@ -33,11 +33,11 @@ inline unsigned grid_for(int64_t n, int block = kBlock) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
+// bf16 bits -> f32: the bits shifted up, exact, and a NaN keeps its sign and payload (as
+// core/dtype.h's BFloat16).
+__device__ __forceinline__ float float_from_bf16_bits(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
 __device__ __forceinline__ float to_f(float x) { return x; }
-// bf16 -> f32 is the bits shifted up: exact, and a NaN keeps its sign and payload.
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) {
-  return __uint_as_float(static_cast<uint32_t>(__bfloat16_as_ushort(x)) << 16);
-}
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return float_from_bf16_bits(__bfloat16_as_ushort(x)); }
 template <class T>
 __device__ __forceinline__ T from_f(float x);
 template <>

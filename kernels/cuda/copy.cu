@@ -16,8 +16,6 @@ namespace {
 
 // ---- element conversions, bit-identical to core/dtype.h / dtype.cpp ----
 
-__device__ __forceinline__ float float_from_bf16_bits(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
-
 __device__ __forceinline__ uint16_t half_bits_from_float(float f) {
   const uint32_t x = __float_as_uint(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
