@@ -13,7 +13,9 @@ import sys
 # (family, zerodl symbol pattern, torch op pattern). A zerodl sample goes to the first frame,
 # from the leaf up, that matches a family, in this order; a torch op to its first match.
 FAMILIES = [
-    ("matmul (GEMM)", r"gebp|gemm|lhs_process|general_matrix|kernels::cpu::matmul",
+    # oneDNN's kernels are generated at run time: perf names them only by its map of JIT code
+    # (/tmp/perf-PID.map), and zerodl runs oneDNN for matrix products only.
+    ("matmul (GEMM)", r"gebp|gemm|lhs_process|general_matrix|kernels::cpu::matmul|/perf-\d+\.map",
      r"aten::(mm|addmm|bmm|matmul|linear|baddbmm)$"),
     ("attention", r"attention", r"scaled_dot_product|flash_attention|_efficient_attention"),
     ("layer norm", r"layer_norm", r"layer_norm"),

@@ -42,7 +42,8 @@ for n in "${ranks[@]}"; do
   done
   if [ -n "$py" ]; then
     (cd "$root/bench" && "$py" torch_side_by_side.py --init "$tmp/init" --data "$data" --ranks "$n" \
-      --seq "$seq_len" --batch "$batch" --threads "$threads" --steps "$steps" --warm "$warm" --warmup 5 --lr 3e-3) >"$tmp/t-$n.jsonl"
+      --seq "$seq_len" --batch "$batch" --threads "$threads" --steps "$steps" --warm "$warm" --warmup 5 --lr 3e-3) >"$tmp/t-$n.jsonl" ||
+      echo "run_side_by_side: PyTorch's run at N = $n failed: the modes it finished are shown, the rest are missing" >&2
     torch_version=$("$py" -c "import torch; print(torch.__version__)")
   else
     echo "(no PyTorch with FSDP2: bash bench/setup_torch_venv.sh installs one; PyTorch rows skipped)"

@@ -14,7 +14,7 @@ import torch.multiprocessing as mp
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from torch_train_step import GPT, rank_rows
+from torch_train_step import GPT, leave_worker, rank_rows
 
 
 def worker(rank, a, mode, port, out):
@@ -45,6 +45,7 @@ def worker(rank, a, mode, port, out):
         times.sort()
         out.put(times[len(times) // 2])
     dist.destroy_process_group()
+    leave_worker(out)
 
 
 def main():

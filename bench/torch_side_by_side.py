@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
-from torch_train_step import GPT, decay_groups
+from torch_train_step import GPT, decay_groups, leave_worker
 
 MODES = ("ddp", "zero1", "fsdp2_keep", "fsdp2_reshard")
 
@@ -149,6 +149,7 @@ def worker(rank, a, mode, port, out):
         out.put({"mode": mode, "ranks": a.ranks, "losses": losses, "step_ms": t[len(t) // 2],
                  "states_mib": states, "peak_rss_mib": peak.item()})
     dist.destroy_process_group()
+    leave_worker(out)
 
 
 def main():
