@@ -74,11 +74,11 @@ void check_sampling(const Args& a, const CLI::App& app, const Setup& s, bool gpt
 
 // A model whose states alone cannot fit in this machine's memory (or its GPU's) cannot work:
 // said at startup, not by a failed allocation (or the OOM killer) part way through building it.
-void check_model_fits_in_memory(const nn::GPTConfig& c, const Args& a, int world, Device dev) {
+void check_model_fits_in_memory(const nn::GPTConfig& c, const Args& a, DType dtype, int world, Device dev) {
   // Offloaded optimizer states (to the host from a GPU, or to NVMe) leave the device's memory.
   const bool offloaded = a.offload_optimizer == "nvme" || (a.offload_optimizer == "cpu" && dev.is_cuda());
   const nn::TrainingMemoryFloor need =
-      nn::training_memory_floor(c, a.batch, a.seq, world, offloaded, a.dtype == "bf16" ? 2 : 4);
+      nn::training_memory_floor(c, a.batch, a.seq, world, offloaded, static_cast<int64_t>(element_size(dtype)));
   const double have = static_cast<double>(device_info(dev).total_bytes);
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
   if (have > 0 && need.total() > have)
@@ -203,18 +203,19 @@ void check_model(Args& a, const CLI::App& app, Setup& s, const data::TokenFiles&
                                  "model's (", s.cfg.vocab_size, s.resumed ? ", the checkpoint's" : "",
                                  "): it is not the tokenizer of this model"));
   check_sampling(a, app, s, gpt2_tokens);
-  check_model_fits_in_memory(s.cfg, a, world, dev);
-  if (!gpt2_tokens && s.cfg.vocab_size < data::ByteTokenizer::kVocabSize)
-    throw UsageError(detail::str("the model's vocabulary (", s.cfg.vocab_size, ") is smaller than the byte tokenizer's 256"));
-  if (a.batch % world != 0)
-    throw UsageError(detail::str("--batch ", a.batch, " must be divisible by the number of ranks ", world,
-                                 " (each rank takes batch/N rows of the global batch)"));
+  // The dtype first: the memory floor below is sized by it.
   try {
     s.dtype = dtype_from_name(a.dtype);
   } catch (const Error& e) {
     throw UsageError(std::string("--dtype: ") + e.what());
   }
   if (s.dtype != DType::F32 && s.dtype != DType::BF16) throw UsageError("--dtype must be f32 or bf16, got " + a.dtype);
+  check_model_fits_in_memory(s.cfg, a, s.dtype, world, dev);
+  if (!gpt2_tokens && s.cfg.vocab_size < data::ByteTokenizer::kVocabSize)
+    throw UsageError(detail::str("the model's vocabulary (", s.cfg.vocab_size, ") is smaller than the byte tokenizer's 256"));
+  if (a.batch % world != 0)
+    throw UsageError(detail::str("--batch ", a.batch, " must be divisible by the number of ranks ", world,
+                                 " (each rank takes batch/N rows of the global batch)"));
   check_offload(a, app, s, world, ranks_here, dev);
 }
 

@@ -347,6 +347,12 @@ class TrainGptCli(unittest.TestCase):
             (["--eval-only", "--save", self.p("ck")], "--eval-only trains nothing"),
             (["--metrics-all-ranks"], "give --metrics FILE too"),
             (["--stop-after", "5"], "--stop-after 5 is beyond --steps 2"),
+            # A model no machine holds: said at startup, before any allocation; a dtype train_gpt
+            # does not train is refused as such (the memory floor is sized by the dtype, so it
+            # comes second), not with a floor sized for f32.
+            (["--n-layer", "4096", "--n-embd", "8192", "--n-head", "64"], "GiB per rank"),
+            (["--n-layer", "4096", "--n-embd", "8192", "--n-head", "64", "--dtype", "f64"],
+             "--dtype must be f32 or bf16, got f64"),
         ]
         for args, needle in cases:
             full = ["--data", self.data, "--steps", "2", *args] if "--data" not in args else ["--steps", "2", *args]
