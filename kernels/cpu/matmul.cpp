@@ -137,26 +137,35 @@ void tile_product(int64_t M, int64_t N, int64_t K, bool trans_a, const T* a, int
 extern "C" dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N, dnnl_dim_t K,
                                                float alpha, const uint16_t* A, dnnl_dim_t lda, const uint16_t* B,
                                                dnnl_dim_t ldb, float beta, float* C, dnnl_dim_t ldc);
-#endif
 
-bool cpu_has_bf16_dot_products() {
+// Whether oneDNN's bf16 GEMM runs on bf16 dot products here: the CPU has them (elsewhere oneDNN
+// would emulate them), and oneDNN's instruction set reaches them (ONEDNN_MAX_CPU_ISA can cap it
+// lower, and capped below AVX-512 its bf16 GEMM fails: unimplemented).
+bool onednn_bf16_dots() {
 #if defined(__x86_64__) || defined(__i386__)
-  return __builtin_cpu_supports("avx512bf16");
+  return __builtin_cpu_supports("avx512bf16") &&
+         (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
 #else
   return false;
 #endif
 }
+#endif
 
-// Where bf16 products run: on oneDNN's bf16 GEMM when oneDNN is the back end and the CPU has bf16
-// dot products (elsewhere oneDNN would emulate them); else on zerodl's kernel, the instance in
-// use, or the AVX2 one (the AVX-512 instance, the same bits, runs only where chosen, as for f32);
-// else nowhere (bf16 products then compute in f32 through autograd). Decided by the CPU and the
-// back end only, as the f32 back end is, so every rank of a job on one machine type rounds the
+// Where bf16 products run: on oneDNN's bf16 GEMM when oneDNN is the back end and both the CPU and
+// oneDNN's instruction set (ONEDNN_MAX_CPU_ISA) reach bf16 dot products (elsewhere oneDNN would
+// emulate them, or fail); else on zerodl's kernel, the instance in use, or the AVX2 one (the
+// AVX-512 instance, the same bits, runs only where chosen, as for f32); else nowhere (bf16
+// products then compute in f32 through autograd). Decided by the CPU, the back end and the
+// environment only, as the f32 back end is, so every rank of a job on one machine type rounds the
 // same.
 enum class Bf16Gemm { OneDnn, Own, None };
 Bf16Gemm bf16_gemm(GemmIsa& isa) {
-  static const bool dots = cpu_has_bf16_dot_products();
-  if (ZDL_WITH_ONEDNN_BF16 && dots && gemm_backend() == GemmBackend::OneDnn) return Bf16Gemm::OneDnn;
+#if ZDL_WITH_ONEDNN_BF16
+  static const bool dots = onednn_bf16_dots();
+#else
+  static const bool dots = false;
+#endif
+  if (dots && gemm_backend() == GemmBackend::OneDnn) return Bf16Gemm::OneDnn;
   if (own_kernel(isa)) return Bf16Gemm::Own;
   if (!gemm_blocked_supported(GemmIsa::Avx2)) return Bf16Gemm::None;
   isa = GemmIsa::Avx2;
