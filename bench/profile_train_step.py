@@ -76,22 +76,27 @@ def frame_name(line):
 
 
 def samples(perf_data):
-    """(thread, [frame symbols, leaf first]) per perf sample, from `perf script`."""
-    out = subprocess.run(["perf", "script", "-i", perf_data, "-F", "tid,ip,sym,symoff,dso"], capture_output=True,
-                         text=True, check=True).stdout
+    """(thread, time in s, [frame symbols, leaf first]) per perf sample, from `perf script`."""
+    out = subprocess.run(["perf", "script", "-i", perf_data, "-F", "tid,time,ip,sym,symoff,dso"],
+                         capture_output=True, text=True, check=True).stdout
     for block in out.split("\n\n"):
         lines = [l for l in block.splitlines() if l.strip()]
         if not lines:
             continue
-        tid = lines[0].split()[0]
-        yield tid, [frame_name(l) for l in lines[1:]]
+        tid, time = lines[0].split()[:2]
+        yield tid, float(time.rstrip(":")), [frame_name(l) for l in lines[1:]]
 
 
 def zerodl_shares(perf_data):
     """Shares of the step's samples by family. OpenMP workers run a region's body
     (.omp_outlined.N) with no kernel above it on their stack; the main thread runs the same
-    body under the kernel that opened the region, so the body is named from there."""
-    data = [(tid, f) for tid, f in samples(perf_data) if not any(re.search(INIT, x) for x in f)]
+    body under the kernel that opened the region, so the body is named from there.
+    Every thread's samples up to the end of parameter init are left out: the main thread's carry
+    the init on their stack, but a worker already started (a bf16 model's first parallel cast)
+    spins in OpenMP's wait meanwhile, and its samples would count as the step's runtime."""
+    all_samples = list(samples(perf_data))
+    init_end = max((t for _, t, f in all_samples if any(re.search(INIT, x) for x in f)), default=float("-inf"))
+    data = [(tid, f) for tid, t, f in all_samples if t > init_end]
     region = {}
     for _, frames in data:
         for i, fr in enumerate(frames):
