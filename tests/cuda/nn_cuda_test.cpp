@@ -289,6 +289,53 @@ TEST(CudaNn, CrossEntropyGivesTheSameBitsAlignedOrNotWithInfiniteLogits) {
     }
 }
 
+// A padded vocabulary (V of ld columns, so every row's last group of W is short) from an aligned
+// buffer (packs) and from one element further (element by element): the same bits.
+TEST(CudaNn, CrossEntropyOnPaddedRowsGivesTheSameBitsAlignedOrNot) {
+  ZDL_REQUIRE_GPU();
+  const int64_t N = 17, V = 50257, ld = 50304, n = N * ld;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Tensor logits = randn({n + 1}, 28, dt, 2.0);
+    std::vector<int64_t> t = random_ids({N}, V, 29).to_int_vector();
+    t[5] = -1;
+    Tensor targets = Tensor::from_vector(t, {N}, DType::I64);
+    auto shifted = [=](const std::vector<Tensor>& in) {
+      return cross_entropy(reshape(slice(in[0], 0, 1, n + 1), {N, ld}), in[1], -1, V);
+    };
+    auto fresh = [=](const std::vector<Tensor>& in) {
+      return cross_entropy(reshape(mul(slice(in[0], 0, 1, n + 1), 1.0), {N, ld}), in[1], -1, V);
+    };
+    const std::string what = "padded cross_entropy " + name(dt);
+    OpRun a = run_op(shifted, {logits, targets}, gpu());
+    expect_bit_equal(a, run_op(fresh, {logits, targets}, gpu()), what + " from element 1 vs aligned");
+    expect_close(a, run_op(shifted, {logits, targets}, kCpu), tolerance(dt), what + " against the CPU");
+  }
+}
+
+// One NaN or +inf logit in a row makes the loss NaN, on both GPU paths as on the CPU (the online
+// max must not hide it).
+TEST(CudaNn, CrossEntropyWithANanOrInfiniteLogitIsNan) {
+  ZDL_REQUIRE_GPU();
+  const int64_t N = 4, V = 1000, n = N * V;
+  for (DType dt : {DType::F32, DType::BF16})
+    for (double bad : {std::nan(""), static_cast<double>(INFINITY)}) {
+      std::vector<double> v = randn({n + 1}, 30, DType::F32, 2.0).to_vector();
+      v[static_cast<size_t>(1 + 2 * V + 17)] = bad;  // row 2, never its target (below)
+      std::vector<int64_t> t = {3, 900, 18, 5};
+      Tensor logits = Tensor::from_vector(v, {n + 1}, dt), targets = Tensor::from_vector(t, {N}, DType::I64);
+      auto shifted = [=](const std::vector<Tensor>& in) {
+        return cross_entropy(reshape(slice(in[0], 0, 1, n + 1), {N, V}), in[1], -1);
+      };
+      auto fresh = [=](const std::vector<Tensor>& in) {
+        return cross_entropy(reshape(mul(slice(in[0], 0, 1, n + 1), 1.0), {N, V}), in[1], -1);
+      };
+      const std::string what = name(dt) + (std::isnan(bad) ? " NaN" : " +inf");
+      EXPECT_TRUE(std::isnan(run_op(shifted, {logits, targets}, kCpu).out.item())) << what << " on the CPU";
+      EXPECT_TRUE(std::isnan(run_op(shifted, {logits, targets}, gpu()).out.item())) << what << " from element 1";
+      EXPECT_TRUE(std::isnan(run_op(fresh, {logits, targets}, gpu()).out.item())) << what << " aligned";
+    }
+}
+
 TEST(CudaNn, CrossEntropyAllIgnoredIsZero) {
   ZDL_REQUIRE_GPU();
   auto f = [](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1], -1); };

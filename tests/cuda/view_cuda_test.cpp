@@ -141,6 +141,11 @@ TEST(CudaTensor, FillZerosItemAndToVector) {
     EXPECT_EQ(slice(slice(base, 0, 0, 1), 1, 4, 5).item(), want.to_vector()[4]) << dtype_name(dt);  // element (0, 4)
     EXPECT_EQ(Tensor::ones({3}, dt, Device::cuda()).to_vector(), (std::vector<double>{1, 1, 1})) << dtype_name(dt);
     EXPECT_EQ(Tensor::full({2}, -3.0, dt, Device::cuda()).to_vector(), (std::vector<double>{-3, -3})) << dtype_name(dt);
+    // zero_ of a contiguous run inside a buffer (a memset of its bytes): rows 1-2 only.
+    Tensor ones = Tensor::ones({5, 8}, dt, Device::cuda()), want_ones = Tensor::ones({5, 8}, dt);
+    slice(ones, 0, 1, 3).zero_();
+    slice(want_ones, 0, 1, 3).zero_();
+    EXPECT_TRUE(bytes_of(ones) == bytes_of(want_ones)) << dtype_name(dt) << " zero_ of rows 1-2";
   }
   EXPECT_EQ(Tensor::scalar(1.25, DType::F32, Device::cuda()).item(), 1.25);
   EXPECT_EQ(Tensor::arange(5, DType::I64, Device::cuda()).to_int_vector(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
