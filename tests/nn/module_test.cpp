@@ -1,5 +1,6 @@
 // Module: registration rules, names, state dicts, printing, and the hooks ZeRO relies on.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include "nn/gpt.h"
 #include "nn/parameter_factory.h"
@@ -102,6 +103,30 @@ TEST(Module, InitIsDeterministicPerContextAndShardable) {
   init_elements(Init::normal(0.0, 0.02), 5, stream, 7, shard);
   auto s = shard.to_vector();
   for (int i = 0; i < 10; ++i) EXPECT_EQ(s[i], full[7 + i]) << i;
+}
+
+TEST(Module, InitGivesTheSameBitsOnAnyThreadCount) {
+  // Threads take shares of a tensor's elements; each element is a function of its index alone.
+  // An odd size, large enough to be split, in f32 and f64, from an offset (a ZeRO-3 shard).
+  for (DType dt : {DType::F32, DType::F64, DType::BF16}) {
+    for (const Init& init : {Init::normal(0.0, 0.02), Init::uniform(-0.5, 0.25)}) {
+      SCOPED_TRACE(init.str() + " " + dtype_name(dt));
+      std::vector<std::vector<double>> got;
+      for (int threads : {1, 3}) {
+        omp_set_num_threads(threads);
+        Tensor t = Tensor::empty({100003}, dt);
+        init_elements(init, 11, 2, 12345, t);
+        got.push_back(t.to_vector());
+      }
+      omp_set_num_threads(2);
+      EXPECT_EQ(got[0], got[1]);
+      // The offset is the element index: the tail of a longer tensor from 0 has the same values.
+      Tensor whole = Tensor::empty({12345 + 100003}, dt);
+      init_elements(init, 11, 2, 0, whole);
+      std::vector<double> w = whole.to_vector();
+      EXPECT_EQ(std::vector<double>(w.begin() + 12345, w.end()), got[0]);
+    }
+  }
 }
 
 TEST(Module, HooksFireInOrderAndPostBackwardOncePerPass) {
