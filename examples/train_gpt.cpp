@@ -266,7 +266,7 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   // Ctrl-C or SIGTERM: every rank stops after the step, saves, exits 130 / 143 (io/interrupt.h).
   const std::string ack = "\ntrain_gpt: interrupted: stopping after this step" +
                           std::string(a.save.empty() ? "" : ", saving to " + a.save) +
-                          " (a second Ctrl-C stops at once, unsaved)\n";
+                          " (interrupt again to stop at once, unsaved)\n";
   {
     io::InterruptScope interrupt(x.lead() ? ack.c_str() : nullptr);
     if (const int sig = train(x, first_step, gpu, progress)) return io::exit_code_of_signal(sig);  // failures: exit 1

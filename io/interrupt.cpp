@@ -1,9 +1,12 @@
 #include "io/interrupt.h"
 
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
+#include <cstdint>
 #include <cstring>
 
 #include "core/check.h"
@@ -12,20 +15,39 @@ namespace zdl::io {
 
 namespace {
 
-volatile std::sig_atomic_t g_signal = 0;
+// The first signal, and when it came (CLOCK_MONOTONIC, ns; 0 until stored). Atomics, lock-free,
+// so a handler may use them: the same process-directed signal sent twice can run the handler on
+// two threads at once (each thread blocks only the signal its own handler is running).
+std::atomic<int> g_signal{0};
+std::atomic<int64_t> g_first_ns{0};
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
+// The same signal again within this of the first is the first delivered twice, not a second
+// request: mpiexec forwards a SIGTERM that a scheduler also sent each rank itself, and timeout(1)
+// signals the process and its group. Only a later one (or another signal) stops at once.
+constexpr int64_t kDuplicateNs = 1'000'000'000;
+
+int64_t monotonic_ns() {  // clock_gettime is async-signal-safe
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
 const char* g_acknowledgement = nullptr;  // set before the handlers go in, read only by them
 size_t g_acknowledgement_len = 0;
 struct sigaction g_previous_int {}, g_previous_term {};
 bool g_installed = false;
 
-// Async-signal-safe only: a flag, write(2), and the default action for a second signal.
+// Async-signal-safe only: atomics, the clock, write(2), and the default action for a second signal.
 void on_signal(int sig) {
-  if (g_signal != 0) {
+  const int64_t now = monotonic_ns();
+  int first = 0;
+  if (!g_signal.compare_exchange_strong(first, sig)) {
+    const int64_t first_ns = g_first_ns.load();  // 0: the first one's handler is still running
+    if (sig == first && (first_ns == 0 || now - first_ns < kDuplicateNs)) return;
     ::signal(sig, SIG_DFL);
     ::raise(sig);
     return;
   }
-  g_signal = sig;
+  g_first_ns.store(now);
   if (g_acknowledgement_len > 0) {
     [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, g_acknowledgement, g_acknowledgement_len);
   }
@@ -35,7 +57,8 @@ void on_signal(int sig) {
 
 InterruptScope::InterruptScope(const char* acknowledgement) {
   ZDL_CHECK(!g_installed, "InterruptScope: one at a time");
-  g_signal = 0;
+  g_signal.store(0);
+  g_first_ns.store(0);
   g_acknowledgement = acknowledgement;
   g_acknowledgement_len = acknowledgement ? std::strlen(acknowledgement) : 0;
   struct sigaction sa {};
@@ -51,10 +74,11 @@ InterruptScope::~InterruptScope() {
   ::sigaction(SIGINT, &g_previous_int, nullptr);
   ::sigaction(SIGTERM, &g_previous_term, nullptr);
   g_installed = false;
-  g_signal = 0;
+  g_signal.store(0);
+  g_first_ns.store(0);
 }
 
-int interrupt_signal() { return g_signal; }
+int interrupt_signal() { return g_signal.load(); }
 
 int exit_code_of_signal(int sig) { return 128 + sig; }
 

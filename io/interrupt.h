@@ -3,7 +3,9 @@
 // the scope was asked to, acknowledged with one line on stderr; the program stops at its next
 // safe point (dist::Trainer tells every rank at the end of the step; train_gpt then saves and
 // exits 130 or 143). A second signal ends the process at once, as the signal would without the
-// scope. Under mpirun the launcher forwards a Ctrl-C to every rank; a signal that reaches only
+// scope; the same signal again within a second of the first is that one delivered twice (mpiexec
+// forwarding what a scheduler sent every rank, timeout(1) signalling the process and its group)
+// and changes nothing. Under mpirun the launcher forwards a Ctrl-C to every rank; a signal that reaches only
 // one rank stops every rank all the same, through the step's own all-reduce.
 #pragma once
 

@@ -1,10 +1,13 @@
 // InterruptScope: inside it a SIGINT or SIGTERM is recorded instead of ending the process, and the
-// previous handlers come back when it ends. (The second signal's immediate exit and the programs'
-// behaviour are tested end to end in tests/examples/train_gpt_faults_test.py.)
+// previous handlers come back when it ends; a second one ends the process, unless it is the first
+// delivered twice. (The programs' behaviour is tested end to end in
+// tests/examples/train_gpt_faults_test.py.)
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
 #include <csignal>
+#include <thread>
 
 #include "io/interrupt.h"
 
@@ -41,14 +44,36 @@ TEST(InterruptScope, SigintToo) {
 }
 
 TEST(InterruptScope, ASecondSignalEndsTheProcessAtOnce) {
+  // Another signal, or the same one more than a second after the first: a second request.
   EXPECT_EXIT(
       {
         InterruptScope scope;
         std::raise(SIGINT);
+        std::raise(SIGTERM);
+        std::_Exit(0);  // not reached
+      },
+      ::testing::KilledBySignal(SIGTERM), "");
+  EXPECT_EXIT(
+      {
+        InterruptScope scope;
+        std::raise(SIGINT);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1100));
         std::raise(SIGINT);
         std::_Exit(0);  // not reached
       },
       ::testing::KilledBySignal(SIGINT), "");
+}
+
+TEST(InterruptScope, TheSameSignalTwiceAtOnceIsOneRequest) {
+  // What mpiexec forwarding a scheduler's SIGTERM that every rank got itself looks like.
+  EXPECT_EXIT(
+      {
+        InterruptScope scope;
+        std::raise(SIGTERM);
+        std::raise(SIGTERM);
+        std::_Exit(interrupt_signal() == SIGTERM ? 7 : 1);
+      },
+      ::testing::ExitedWithCode(7), "");
 }
 
 }  // namespace
