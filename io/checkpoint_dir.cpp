@@ -143,6 +143,17 @@ void swap_into_place(const std::string& dir, const OwnedName& owns) {
                  dir.c_str(), previous.c_str(), ec.message().c_str());
 }
 
+std::string directory_link_target(const std::string& dir) {
+  fs::path d = fs::path(dir).lexically_normal();
+  if (d.filename().empty()) d = d.parent_path();  // "ck/" names "ck"
+  if (d.empty() || !fs::is_symlink(d)) return dir;
+  std::error_code ec;
+  const fs::path target = fs::canonical(d, ec);
+  require(!ec && fs::is_directory(target), "'", dir, "' is a symbolic link to ",
+          ec ? "a place that does not exist" : "something that is not a directory");
+  return target.string();
+}
+
 void require_outside_working_directory(const std::string& dir) {
   std::error_code ec;
   const fs::path cwd = fs::current_path(ec);

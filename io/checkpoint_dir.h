@@ -40,6 +40,10 @@ void swap_into_place(const std::string& dir, const OwnedName& owns);
 // `dir` is writable (a save removes the files of the checkpoint it replaces). For startup checks, so a
 // typo or a read-only disk fails at once, not at the first save hours later.
 void check_checkpoint_destination(const std::string& dir, const char* marker_file);
+// The directory `dir` names, where `dir` is a symbolic link: the directory it points to (a save or
+// an export swaps the target into place, not the link over it, and locks the target); `dir`
+// itself otherwise. Throws where the link points nowhere, or at something not a directory.
+std::string directory_link_target(const std::string& dir);
 // Throws unless `dir` lies outside the working directory's path: a save or an export swaps its
 // directory whole, and swapping the working directory (or one above it: "..", "$PWD") would
 // leave this process, and the shell that started it, in a deleted directory.

@@ -160,13 +160,7 @@ fs::path hf_dir_path(const std::string& dir) {
   require(!d.empty() && !d.filename().empty() && d.filename() != "." && d.filename() != "..", "'", dir,
           "' names no directory an export can replace; give a directory's name");
   require_outside_working_directory(dir);
-  if (fs::is_symlink(d)) {  // the swap must replace the target, not the link
-    std::error_code ec;
-    const fs::path target = fs::canonical(d, ec);
-    require(!ec && fs::is_directory(target), "'", dir, "' is a symbolic link to ",
-            ec ? "a place that does not exist" : "something that is not a directory");
-    d = target;
-  }
+  d = directory_link_target(d.string());  // the swap must replace the target, not the link
   // The first part of the path that is not a directory, from the top ("afile/sub": 'afile').
   fs::path prefix;
   for (const fs::path& part : d) {

@@ -266,6 +266,9 @@ void open_outputs(Args& a, const CLI::App& app, Setup& s, const dist::Communicat
     throw UsageError(detail::str("--eval-every ", a.eval_every, " validates on the held-out split, and --val-fraction 0 ",
                                  "holds none out: give --val-fraction above 0, or --eval-every 0"));
   try {
+    // A symbolic link stands for its target, on every rank: the save swaps the target into place
+    // (not a new directory over the link), and the lock is the target's.
+    if (!a.save.empty()) a.save = io::directory_link_target(a.save);
     if (comm.rank() == 0 && !a.save.empty()) {
       io::check_checkpoint_destination(a.save, "layout.json");
       s.save_lock = std::make_unique<io::DirLock>(a.save);  // a second run on it is refused here

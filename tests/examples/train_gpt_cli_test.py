@@ -366,6 +366,28 @@ class TrainGptCli(unittest.TestCase):
         self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
         self.assertIn("give --data FILE, or set TMPDIR to a writable directory", p.stderr)
 
+    def test_save_through_a_symbolic_link_saves_into_its_target(self):
+        # A link to a directory: the checkpoint goes into the target, the link stays a link, and a
+        # resume through the link saves there too. A link to nothing is refused before training
+        # (it used to train the whole run, then fail to rename the checkpoint into place).
+        target, link = self.p("disk_ck"), self.p("ck_link")
+        os.mkdir(target)
+        os.symlink(target, link)
+        run("--data", self.data, *SMALL, "--steps", "2", "--save", link)
+        self.assertTrue(os.path.islink(link))
+        with open(os.path.join(target, "layout.json")) as f:
+            self.assertEqual(json.load(f)["step"], 2)
+        run("--data", self.data, *SMALL, "--steps", "3", "--resume", link, "--save", link)
+        self.assertTrue(os.path.islink(link))
+        with open(os.path.join(target, "layout.json")) as f:
+            self.assertEqual(json.load(f)["step"], 3)
+        dangling = self.p("dangling")
+        os.symlink(self.p("nowhere"), dangling)
+        p = run("--data", self.data, *SMALL, "--steps", "2", "--save", dangling, check=False)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("is a symbolic link to a place that does not exist", p.stderr)
+        self.assertNotIn("step ", p.stdout)
+
     def test_help_shows_every_default(self):
         p = run("--help")
         for default in ("--steps INT:POSITIVE=300", "--batch INT:POSITIVE=16", "--lr FLOAT:NONNEGATIVE=0.003"):
