@@ -958,6 +958,17 @@ class TrainGptFaults(unittest.TestCase):
         rc, recs, ck = self.interrupted_run("mpint", 2, lambda p: p.send_signal(signal.SIGINT))
         self.assert_stopped_saved_and_resumable(recs, ck, "SIGINT", ranks=2)
 
+    def test_a_sigterm_to_the_launcher_and_its_ranks_stops_them_saved(self):
+        # A scheduler's SIGTERM reaches every process of the job: each rank gets it directly and
+        # again from mpiexec, milliseconds apart. That is one request to stop, not two (the
+        # second used to end the ranks at once, unsaved).
+        def term_all(proc):
+            pids = [wait_until(lambda r=r: rank_pids(proc.pid).get(r), 30, f"rank {r}") for r in (0, 1)]
+            for pid in [proc.pid, *pids]:
+                os.kill(pid, signal.SIGTERM)
+        rc, recs, ck = self.interrupted_run("termall", 2, term_all)
+        self.assert_stopped_saved_and_resumable(recs, ck, "SIGTERM", ranks=2)
+
     def test_a_signal_while_sampling_ends_the_run_at_once(self):
         # Training is over and saved; the sample saves nothing, so the first signal ends it (it
         # used to be taken as a request to stop "after this step", and the sample went on).
