@@ -46,7 +46,7 @@ bool g_installed = false;
 // in 4200), so those kernels evidently keep data below the stack pointer. The handler runs on a
 // stack of its own on the thread that installs the scope; the OpenMP workers, which run those
 // kernels too, block the two signals meanwhile.
-std::vector<char> g_handler_stack(256 * 1024);
+std::vector<char> g_handler_stack;  // allocated by the first scope, not by every program at start
 stack_t g_previous_stack{};
 
 void block_in_openmp_workers(bool block) {
@@ -83,6 +83,7 @@ InterruptScope::InterruptScope(const char* acknowledgement) {
   g_first_ns.store(0);
   g_acknowledgement = acknowledgement;
   g_acknowledgement_len = acknowledgement ? std::strlen(acknowledgement) : 0;
+  if (g_handler_stack.empty()) g_handler_stack.resize(256 * 1024);
   stack_t own{};
   own.ss_sp = g_handler_stack.data();
   own.ss_size = g_handler_stack.size();
