@@ -33,6 +33,7 @@
 #include "examples/train_gpt/session.h"
 #include "examples/train_gpt/train_loop.h"
 #include "io/interrupt.h"
+#include "io/program_flags.h"
 #include "io/program_main.h"
 #include "io/progress.h"
 #include "nn/gpt.h"
@@ -140,8 +141,9 @@ void add_zero_flags(CLI::App& app, Args& a) {
                  "native (the MPI library's own order)")
       ->check(CLI::IsMember({"exact", "native"}));
   app.add_option("--max-memory-per-rank", a.max_memory_per_rank,
-                 "memory cap in bytes per rank; going over it is a clear out-of-memory error (0: none)")
-      ->check(CLI::NonNegativeNumber);
+                 "memory cap per rank, in bytes or with a unit (512M, 2G, 1.5GiB; K, M, G are 1024-based); going "
+                 "over it is a clear out-of-memory error (0: none)")
+      ->transform(io::ByteSize());
   app.add_option("--offload-optimizer", a.offload_optimizer,
                  "where Adam's moments and the f32 masters live: none, cpu (on a GPU: host memory, updated by the "
                  "CPU; on CPU ranks the same as none) or nvme (CPU ranks: files under --offload-dir, read one unit "
@@ -295,7 +297,8 @@ int main(int argc, char** argv) {
       "train_gpt", app, argc, argv,
       [&](dist::Communicator& comm) {
         if (a.collective_timeout > 0)
-          comm.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(a.collective_timeout * 1000)));
+          comm.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(a.collective_timeout * 1000)),
+                          "--collective-timeout");
         return run(a, app, comm);
       },
       [&] { return init_options(a); },

@@ -37,6 +37,7 @@ std::string resolve_checkpoint_dir(const std::string& dir, const char* marker_fi
   if (fs::is_directory(dir)) return dir;
   std::string old = checkpoint_sibling(dir, ".old");
   if (fs::is_directory(old) && fs::exists(fs::path(old) / marker_file)) return old;
+  ZDL_CHECK(!fs::exists(dir), kind, " '", dir, "' is a file, not a checkpoint directory (--save writes one)");
   ZDL_CHECK(false, kind, " '", dir, "' does not exist (no directory there)");
   return dir;
 }

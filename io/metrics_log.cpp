@@ -1,5 +1,9 @@
 #include "io/metrics_log.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -7,6 +11,66 @@
 #include "core/check.h"
 
 namespace zdl::io {
+
+namespace {
+
+// Whether an existing file is a metrics log to append to: its first line is a JSON object (or,
+// the whole file being one torn line, starts as one). Anything else (the training data, a
+// checkpoint's pretty-printed layout.json) is someone else's file, not to be appended to.
+bool looks_like_a_metrics_log(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string first;
+  if (!std::getline(in, first)) return true;  // unreadable here: opening it says why
+  if (in.eof()) return !first.empty() && first.front() == '{';
+  const nlohmann::json j = nlohmann::json::parse(first, nullptr, /*allow_exceptions=*/false);
+  return j.is_object();
+}
+
+// Whether a regular file's last byte is not a newline: a run killed mid-line left it torn.
+bool ends_torn(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in || in.tellg() <= 0) return false;
+  in.seekg(-1, std::ios::end);
+  char last = '\n';
+  return in.get(last) && last != '\n';
+}
+
+[[noreturn]] void cannot_open(const std::string& path, const std::string& why) {
+  throw Error(detail::str("cannot open metrics file '", path, "' for appending: ", why));
+}
+
+std::FILE* open_for_appending(const std::string& path) {
+  struct stat st {};
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  const bool fifo = exists && S_ISFIFO(st.st_mode), regular = exists && S_ISREG(st.st_mode);
+  if (exists && S_ISDIR(st.st_mode)) cannot_open(path, "it is a directory; give a file's path");
+  if (regular && st.st_size > 0 && !looks_like_a_metrics_log(path))
+    cannot_open(path, "it exists and is not a metrics log (its first line is not a JSON object); give a new file, "
+                      "or an earlier run's metrics to append to");
+  const bool torn = regular && ends_torn(path);
+  // A FIFO opens for writing only once a reader has it open: without O_NONBLOCK the run would wait
+  // for one, silently, before its first step.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | (fifo ? O_NONBLOCK : 0), 0666);
+  if (fd < 0 && fifo && errno == ENXIO) cannot_open(path, "it is a FIFO that no process reads; start its reader first");
+  if (fd < 0) cannot_open(path, std::strerror(errno));
+  if (fifo) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  std::FILE* file = ::fdopen(fd, "a");
+  if (!file) {
+    const int e = errno;
+    ::close(fd);
+    cannot_open(path, std::strerror(e));
+  }
+  // The torn last line is ended first, so that this run's first line is a line of its own.
+  errno = 0;
+  if (torn && (std::fputc('\n', file) == EOF || std::fflush(file) != 0)) {
+    const std::string why = errno ? std::strerror(errno) : "write error";
+    std::fclose(file);
+    throw Error(detail::str("cannot write the metrics file '", path, "': ", why));
+  }
+  return file;
+}
+
+}  // namespace
 
 MetricsLog::MetricsLog(std::string path, int rank, bool all_ranks) {
   if (path.empty() || (rank > 0 && !all_ranks)) return;
@@ -16,25 +80,8 @@ MetricsLog::MetricsLog(std::string path, int rank, bool all_ranks) {
     if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) path += suffix;
     else path.insert(dot, suffix);
   }
-  // A run killed mid-line left its last line torn: it is ended first, so that this run's first
-  // line is a line of its own and parses. (A file this process may only write is not read.)
-  const bool torn = [&] {
-    std::ifstream in(path, std::ios::binary | std::ios::ate);
-    if (!in || in.tellg() <= 0) return false;
-    in.seekg(-1, std::ios::end);
-    char last = '\n';
-    return in.get(last) && last != '\n';
-  }();
-  file_ = std::fopen(path.c_str(), "a");
-  if (!file_) throw Error(detail::str("cannot open metrics file '", path, "' for appending: ", std::strerror(errno)));
+  file_ = open_for_appending(path);
   path_ = std::move(path);
-  errno = 0;
-  if (torn && (std::fputc('\n', file_) == EOF || std::fflush(file_) != 0)) {
-    const std::string why = errno ? std::strerror(errno) : "write error";
-    std::fclose(file_);
-    file_ = nullptr;
-    throw Error(detail::str("cannot write the metrics file '", path_, "': ", why));
-  }
 }
 
 MetricsLog::~MetricsLog() {

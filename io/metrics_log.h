@@ -15,7 +15,8 @@ class MetricsLog {
  public:
   // Rank 0 appends to `path`; with all_ranks, rank r > 0 appends to `path` with ".rank<r>"
   // before the extension; other ranks (and an empty path) write nothing. Throws if the file
-  // cannot be opened for appending.
+  // cannot be opened for appending, or exists and is not a metrics log (its first line is not a
+  // JSON object: the training data, a checkpoint's layout.json), or is a FIFO no process reads.
   MetricsLog(std::string path, int rank, bool all_ranks);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <regex>
@@ -35,12 +36,50 @@ std::string malformed_number(const CLI::App& app) {
   return "";
 }
 
+std::optional<int64_t> parse_byte_size(const std::string& text, std::string* why) {
+  static const std::regex form(R"(\s*([0-9]+(\.[0-9]*)?|\.[0-9]+)\s*(([kKmMgGtT])([iI]?[bB])?|[bB])?\s*)");
+  std::smatch m;
+  const auto fail = [&](const char* reason) -> std::optional<int64_t> {
+    if (why) *why = "'" + text + "' " + reason;
+    return std::nullopt;
+  };
+  if (!std::regex_match(text, m, form))
+    return fail("is not a size in bytes (a number, optionally with a unit: 4096, 512K, 2G, 1.5GiB)");
+  double bytes = std::strtod(m[1].str().c_str(), nullptr);
+  if (m[4].matched) {
+    const std::string units = "kmgt";
+    const auto power = units.find(static_cast<char>(std::tolower(static_cast<unsigned char>(m[4].str()[0])))) + 1;
+    bytes *= std::pow(1024.0, static_cast<double>(power));
+  }
+  if (!(bytes < 9.0e18)) return fail("is too large a size in bytes");
+  return static_cast<int64_t>(bytes);
+}
+
+CLI::Validator ByteSize() {
+  return CLI::Validator(
+      [](std::string& value) {
+        std::string why;
+        const std::optional<int64_t> bytes = parse_byte_size(value, &why);
+        if (!bytes) return why;
+        value = std::to_string(*bytes);
+        return std::string();
+      },
+      "SIZE (bytes, or 512K, 2G, 1.5GiB)");
+}
+
 std::string short_parse_message(std::string m) {
   static const std::regex unbounded(R"(Value (\S+) not in range 0\.0+ to [0-9]{30,}(\.[0-9]+)?)");
   std::smatch hit;
   if (!std::regex_search(m, hit, unbounded)) return m;
-  const double v = std::strtod(hit[1].str().c_str(), nullptr);
-  const char* why = !std::isfinite(v) ? " is not a finite number" : v == 0.0 ? " must be positive" : " must not be negative";
+  // CLI11 range-checks a value it could not read as a number too ("1K", "abc"): strtod reads a
+  // prefix of it, so the whole of it must be read for the range to be what is wrong.
+  const std::string value = hit[1].str();
+  char* end = nullptr;
+  const double v = std::strtod(value.c_str(), &end);
+  const char* why = end == value.c_str() || *end != '\0' ? " is not a number"
+                    : !std::isfinite(v)                   ? " is not a finite number"
+                    : v == 0.0                            ? " must be positive"
+                                                          : " must not be negative";
   return hit.prefix().str() + hit[1].str() + why + hit.suffix().str();
 }
 

@@ -2,6 +2,8 @@
 // through malformed, its range messages made short, and the same flags on every rank.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,14 @@ namespace zdl::io {
 // (each comparison is false), an integer too large for 64 bits is clamped to the largest one,
 // and "-1" wraps around in an unsigned option. Returns the complaint, or "" if all are fine.
 std::string malformed_number(const CLI::App& app);
+
+// A count of bytes as a user writes it: "1048576", "512K", "2G", "1.5GiB", "64MB" (units B, K, M,
+// G, T, each with or without "B" or "iB", any case, all 1024-based; a fraction is rounded down to
+// whole bytes). Returns the count, or nullopt and `why` ("... is not a size in bytes ...").
+std::optional<int64_t> parse_byte_size(const std::string& text, std::string* why);
+
+// The CLI11 transform of parse_byte_size: an option given as a size becomes its count of bytes.
+CLI::Validator ByteSize();
 
 // CLI11's range message for PositiveNumber / NonNegativeNumber prints DBL_MAX in full (309
 // digits): "Value 0 not in range 0.000000 to 17976931348...". Said briefly instead.

@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "io/environment.h"
 #include "io/fatal_report.h"
 #include "io/program_flags.h"
 
@@ -58,6 +59,10 @@ int run_program(const char* name, CLI::App& app, int argc, char** argv,
                 const std::function<int(dist::Communicator&)>& run,
                 const std::function<dist::InitOptions()>& init_options, const std::vector<std::string>& path_flags) {
   if (std::optional<int> code = parse_flags(name, app, argc, argv)) return *code;
+  if (const std::string problem = environment_problem(); !problem.empty()) {
+    std::fprintf(stderr, "%s: %s\n", name, problem.c_str());
+    return 2;
+  }
   std::shared_ptr<dist::Communicator> comm;
   dist::InitOptions options;
   std::optional<UsageError> bad_options;

@@ -10,6 +10,7 @@
 //
 // What reaches the user (stderr), by what went wrong:
 //   a flag CLI11 refuses, a malformed number   "my_tool: MESSAGE (see --help)"            exit 2
+//   a bad environment variable (io/environment.h) "my_tool: MESSAGE"                       exit 2
 //   UsageError                                 "my_tool: MESSAGE", one rank prints        exit 2
 //   CollectiveStop                             "\nmy_tool: MESSAGE", rank 0 prints        exit 1
 //   dist::CollectiveError                      "\nmy_tool: error: MESSAGE", rank 0        exit 1

@@ -11,7 +11,7 @@ TrainingMemoryFloor training_memory_floor(const GPTConfig& c, int64_t batch, int
   const double rows = static_cast<double>(std::max<int64_t>(1, batch / world));
   f.parameters = c.num_parameters();
   f.states = static_cast<double>(optimizer_offloaded ? 2 * element_bytes : 16) * f.parameters / world;
-  f.logits = rows * static_cast<double>(seq) * V * 8;
+  f.logits = rows * static_cast<double>(seq) * V * 2 * static_cast<double>(element_bytes);
   return f;
 }
 

@@ -13,7 +13,7 @@ struct TrainingMemoryFloor {
   double states = 0;      // bytes: 16 per parameter (value, gradient, Adam's states) over the ranks;
                           // 2 s with the optimizer states offloaded (host memory or NVMe): the
                           // value and the gradient, s bytes each (4 f32, 2 bf16)
-  double logits = 0;      // bytes: one micro-batch's logits and their gradient, 8 per entry
+  double logits = 0;      // bytes: one micro-batch's logits and their gradient, 2 s per entry
   double total() const { return states + logits; }
 };
 

@@ -6,25 +6,27 @@
 namespace zdl::dist {
 
 std::string watchdog_message(const std::string& prefix, const std::string& op, int64_t bytes, CommPhase phase,
-                             std::chrono::milliseconds timeout) {
+                             std::chrono::milliseconds timeout, const std::string& raise_with) {
   std::ostringstream os;
   os << prefix << " watchdog: " << op << " of " << bytes << " bytes (phase " << phase_name(phase)
      << ") did not complete within " << static_cast<double>(timeout.count()) / 1000.0
      << " s; another rank may have died, diverged or be stuck (the collective cannot be cancelled: "
-        "end the job with zdl::dist::abort_job, or raise ZDL_COLLECTIVE_TIMEOUT_S if it is just slow)";
+        "end the job with zdl::dist::abort_job, or raise "
+     << raise_with << " if it is just slow)";
   return os.str();
 }
 
 AsyncWork::AsyncWork(std::string prefix, std::string op, int64_t bytes, CommPhase phase,
-                     std::chrono::milliseconds timeout)
-    : prefix_(std::move(prefix)), op_(std::move(op)), bytes_(bytes), phase_(phase), timeout_(timeout) {}
+                     std::chrono::milliseconds timeout, std::string raise_with)
+    : prefix_(std::move(prefix)), op_(std::move(op)), raise_with_(std::move(raise_with)), bytes_(bytes), phase_(phase),
+      timeout_(timeout) {}
 
 void AsyncWork::wait() {
   std::function<void()> finisher;
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (!cv_.wait_for(lock, timeout_, [&] { return finished_; }))
-      throw Error(watchdog_message(prefix_, op_, bytes_, phase_, timeout_));
+      throw Error(watchdog_message(prefix_, op_, bytes_, phase_, timeout_, raise_with_));
     if (!error_.empty()) throw Error(prefix_ + " " + op_ + " failed: " + error_);
     finisher.swap(finisher_);
   }

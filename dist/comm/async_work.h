@@ -25,12 +25,15 @@ namespace zdl::dist {
 
 // The watchdog's message (one place, so every backend says the same):
 // "[rank r/N] watchdog: <op> of <bytes> bytes (phase <phase>) did not complete within <T> s; ..."
+// `raise_with`: what sets the timeout (Communicator::timeout_set_by).
 std::string watchdog_message(const std::string& prefix, const std::string& op, int64_t bytes, CommPhase phase,
-                             std::chrono::milliseconds timeout);
+                             std::chrono::milliseconds timeout,
+                             const std::string& raise_with = "ZDL_COLLECTIVE_TIMEOUT_S");
 
 class AsyncWork final : public Work {
  public:
-  AsyncWork(std::string prefix, std::string op, int64_t bytes, CommPhase phase, std::chrono::milliseconds timeout);
+  AsyncWork(std::string prefix, std::string op, int64_t bytes, CommPhase phase, std::chrono::milliseconds timeout,
+            std::string raise_with = "ZDL_COLLECTIVE_TIMEOUT_S");
 
   void wait() override;
   bool done() override;
@@ -50,7 +53,7 @@ class AsyncWork final : public Work {
   const std::string& op() const { return op_; }
 
  private:
-  const std::string prefix_, op_;
+  const std::string prefix_, op_, raise_with_;
   const int64_t bytes_;
   const CommPhase phase_;
   const std::chrono::milliseconds timeout_;

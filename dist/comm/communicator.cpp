@@ -72,7 +72,7 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key) {
   ZDL_CHECK(color >= 0, prefix(), " split: color must be >= 0, got ", color);
   const int my_node = node();
   std::shared_ptr<Communicator> c = split_impl(color, key);
-  c->set_timeout(timeout());
+  c->set_timeout(timeout(), timeout_set_by());
   c->set_nodes(c->all_gather_i64(my_node));
   return c;
 }
@@ -206,11 +206,24 @@ std::shared_ptr<Communicator> init(const InitOptions& options) {
   return comm;
 }
 
+namespace {
+void check_backend_name(const std::string& b, const InitOptions& options) {
+  ZDL_CHECK(b == "auto" || b == "local" || b == "mpi" || b == "nccl", "dist::init: unknown backend '", b, "'",
+            options.backend == "auto" ? " (from ZDL_DIST_BACKEND)" : "", " (use auto, local, mpi or nccl)");
+}
+}  // namespace
+
+void check_environment() {
+  const InitOptions defaults;
+  check_backend_name(requested_backend(defaults), defaults);
+  requested_ranks_per_node(defaults);
+  default_timeout();
+}
+
 // The communicator init() returns, before the core share.
 static std::shared_ptr<Communicator> init_backend(const InitOptions& options) {
   const std::string b = requested_backend(options);
-  ZDL_CHECK(b == "auto" || b == "local" || b == "mpi" || b == "nccl", "dist::init: unknown backend '", b, "'",
-            options.backend == "auto" ? " (from ZDL_DIST_BACKEND)" : "", " (use auto, local, mpi or nccl)");
+  check_backend_name(b, options);
   const Device dev = options.device;
   if (dev.is_cuda()) {
     ZDL_CHECK(cuda_available(), "dist::init: device ", dev.str(),

@@ -157,9 +157,14 @@ class Communicator {
   // is issued.
   // The longest timeout: a deadline past the clock's range would wrap around and fire at once.
   static constexpr std::chrono::milliseconds kMaxTimeout{int64_t{365} * 86400 * 1000};  // a year
-  // Clamped to [1 ms, kMaxTimeout].
-  void set_timeout(std::chrono::milliseconds t) { timeout_ = std::clamp(t, std::chrono::milliseconds(1), kMaxTimeout); }
+  // Clamped to [1 ms, kMaxTimeout]. `set_by`: what the watchdog's message tells a user to raise
+  // (a program's flag, say "--collective-timeout"); the environment variable does nothing then.
+  void set_timeout(std::chrono::milliseconds t, std::string set_by = "Communicator::set_timeout") {
+    timeout_ = std::clamp(t, std::chrono::milliseconds(1), kMaxTimeout);
+    timeout_set_by_ = std::move(set_by);
+  }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  const std::string& timeout_set_by() const { return timeout_set_by_; }
 
  protected:
   // Timeout from ZDL_COLLECTIVE_TIMEOUT_S (seconds, may be fractional) or 300 s.
@@ -182,6 +187,7 @@ class Communicator {
  private:
   Device device_;
   std::chrono::milliseconds timeout_;
+  std::string timeout_set_by_ = "ZDL_COLLECTIVE_TIMEOUT_S";
   std::vector<int> nodes_;  // per rank; empty: all on node 0
   int num_nodes_ = 1;
 };
@@ -208,6 +214,11 @@ struct InitOptions {
 
 // The OpenMP threads init() gives each rank when it shares the cores: num_procs / local_size.
 int threads_per_rank(const Communicator& comm);
+
+// Checks the environment variables init() and every communicator read (ZDL_DIST_BACKEND,
+// ZDL_RANKS_PER_NODE, ZDL_COLLECTIVE_TIMEOUT_S): throws naming the variable and its bad value, so
+// a program can refuse them as bad input before it starts anything.
+void check_environment();
 
 // Initializes the process group: under mpirun (MPICH's or OpenMPI's) an MPI (or NCCL)
 // communicator over all ranks; without a launcher a LocalCommunicator of size 1. MPI is

@@ -351,7 +351,8 @@ MpiCommunicator::MpiCommunicator(const Adopt& a) : Communicator(Device::cpu()), 
 std::shared_ptr<Communicator> MpiCommunicator::split_impl(int color, int key) {
   // On the communication thread: a collective on this communicator, in order with the others.
   auto out = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
-  auto work = std::make_shared<AsyncWork>(prefix(), "split", 0, current_comm_phase(), timeout());
+  auto work = std::make_shared<AsyncWork>(prefix(), "split", 0, current_comm_phase(), timeout(),
+                                          timeout_set_by());
   MPI_Comm comm = state_->comm;
   state_->submit(work, [=] { ZDL_MPI_CHECK(MPI_Comm_split(comm, color, key, out.get())); });
   work->wait();
@@ -415,7 +416,8 @@ std::shared_ptr<Work> MpiCommunicator::start_all_reduce(const Tensor& t, bool tr
   check_collective("all_reduce", t, t, 1, 1);
   const int count = checked_count(*this, "all_reduce", t.numel());
   const int64_t bytes = static_cast<int64_t>(t.nbytes());
-  auto work = std::make_shared<AsyncWork>(prefix(), "all_reduce", bytes, current_comm_phase(), timeout());
+  auto work = std::make_shared<AsyncWork>(prefix(), "all_reduce", bytes, current_comm_phase(), timeout(),
+                                          timeout_set_by());
   HostBytes h = host_bytes(t, /*copy_in=*/true);
   work->keep_alive(t);
   copy_back_when_done(*work, t, h);
@@ -444,7 +446,8 @@ std::shared_ptr<Work> MpiCommunicator::start_reduce_scatter(const Tensor& input,
   const int count = checked_count(*this, "reduce_scatter", input.numel());
   const int block = count / size();
   const int64_t bytes = static_cast<int64_t>(input.nbytes());
-  auto work = std::make_shared<AsyncWork>(prefix(), "reduce_scatter", bytes, current_comm_phase(), timeout());
+  auto work = std::make_shared<AsyncWork>(prefix(), "reduce_scatter", bytes, current_comm_phase(), timeout(),
+                                          timeout_set_by());
   const auto [in, out] = stage_pair(*work, input, output);
   // MPI forbids aliased buffers; an output inside the input gets its result through a temporary.
   std::shared_ptr<std::vector<char>> tmp;
@@ -479,7 +482,8 @@ std::shared_ptr<Work> MpiCommunicator::all_gather_async(const Tensor& input, con
   const int block = total / size();
   const int64_t bytes = static_cast<int64_t>(output.nbytes());
   const size_t block_bytes = input.nbytes();
-  auto work = std::make_shared<AsyncWork>(prefix(), "all_gather", bytes, current_comm_phase(), timeout());
+  auto work = std::make_shared<AsyncWork>(prefix(), "all_gather", bytes, current_comm_phase(), timeout(),
+                                          timeout_set_by());
   work->keep_alive(input);
   work->keep_alive(output);
   HostBytes out = host_bytes(output, /*copy_in=*/false);
@@ -515,7 +519,8 @@ std::shared_ptr<Work> MpiCommunicator::broadcast_async(const Tensor& t, int root
   ZDL_CHECK(root >= 0 && root < size(), prefix(), " broadcast: root ", root, " out of range [0, ", size(), ")");
   const int count = checked_count(*this, "broadcast", t.numel());
   const int64_t bytes = static_cast<int64_t>(t.nbytes());
-  auto work = std::make_shared<AsyncWork>(prefix(), "broadcast", bytes, current_comm_phase(), timeout());
+  auto work = std::make_shared<AsyncWork>(prefix(), "broadcast", bytes, current_comm_phase(), timeout(),
+                                          timeout_set_by());
   HostBytes h = host_bytes(t, /*copy_in=*/rank() == root);
   work->keep_alive(t);
   if (rank() != root) copy_back_when_done(*work, t, h);
@@ -535,7 +540,8 @@ std::shared_ptr<Work> MpiCommunicator::all_to_all_async(const Tensor& input, con
   const int64_t bytes = static_cast<int64_t>(input.nbytes());
   ZDL_CHECK(!overlaps(input.raw_data(), input.nbytes(), output.raw_data(), output.nbytes()), prefix(),
             " all_to_all: the output overlaps the input (not in place)");
-  auto work = std::make_shared<AsyncWork>(prefix(), "all_to_all", bytes, current_comm_phase(), timeout());
+  auto work = std::make_shared<AsyncWork>(prefix(), "all_to_all", bytes, current_comm_phase(), timeout(),
+                                          timeout_set_by());
   const auto [in, out] = stage_pair(*work, input, output);
   record(CollectiveKind::AllToAll, bytes);
   const MPI_Datatype type = mpi_type(input.dtype());
@@ -547,7 +553,8 @@ std::shared_ptr<Work> MpiCommunicator::all_to_all_async(const Tensor& input, con
 }
 
 void MpiCommunicator::barrier() {
-  auto work = std::make_shared<AsyncWork>(prefix(), "barrier", 0, current_comm_phase(), timeout());
+  auto work = std::make_shared<AsyncWork>(prefix(), "barrier", 0, current_comm_phase(), timeout(),
+                                          timeout_set_by());
   MPI_Comm comm = state_->comm;
   state_->submit(work, [=] { ZDL_MPI_RUN(MPI_Ibarrier, comm); });
   work->wait();
@@ -556,7 +563,8 @@ void MpiCommunicator::barrier() {
 std::vector<int64_t> MpiCommunicator::all_gather_i64(int64_t value) {
   auto out = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(size()));
   auto work = std::make_shared<AsyncWork>(prefix(), "all_gather_i64", static_cast<int64_t>(sizeof(int64_t)) * size(),
-                                          current_comm_phase(), timeout());
+                                          current_comm_phase(), timeout(),
+                                          timeout_set_by());
   MPI_Comm comm = state_->comm;
   state_->submit(work, [=] { ZDL_MPI_RUN(MPI_Iallgather, &value, 1, MPI_INT64_T, out->data(), 1, MPI_INT64_T, comm); });
   work->wait();
@@ -568,7 +576,8 @@ std::vector<double> MpiCommunicator::all_reduce_sums(std::vector<double> values)
   const int count = checked_count(*this, "all_reduce_sums", static_cast<int64_t>(values.size()));
   // Shared with the comm thread: a watchdog timeout may leave the operation behind.
   auto v = std::make_shared<std::vector<double>>(std::move(values));
-  auto work = std::make_shared<AsyncWork>(prefix(), "all_reduce_sums", bytes, current_comm_phase(), timeout());
+  auto work = std::make_shared<AsyncWork>(prefix(), "all_reduce_sums", bytes, current_comm_phase(), timeout(),
+                                          timeout_set_by());
   record(CollectiveKind::AllReduce, bytes);
   MPI_Comm comm = state_->comm;
   state_->submit(work, [=] { ZDL_MPI_RUN(MPI_Iallreduce, MPI_IN_PLACE, v->data(), count, MPI_DOUBLE, MPI_SUM, comm); });
@@ -580,7 +589,8 @@ void MpiCommunicator::broadcast_bytes(void* data, size_t bytes, int root) {
   ZDL_CHECK(root >= 0 && root < size(), prefix(), " broadcast_bytes: root ", root, " out of range [0, ", size(), ")");
   const int count = checked_count(*this, "broadcast_bytes", static_cast<int64_t>(bytes));
   auto work = std::make_shared<AsyncWork>(prefix(), "broadcast_bytes", static_cast<int64_t>(bytes),
-                                          current_comm_phase(), timeout());
+                                          current_comm_phase(), timeout(),
+                                          timeout_set_by());
   MPI_Comm comm = state_->comm;
   state_->submit(work, [=] { ZDL_MPI_RUN(MPI_Ibcast, data, count, MPI_BYTE, root, comm); });
   work->wait();

@@ -159,9 +159,9 @@ namespace {
 class NcclWork final : public Work {
  public:
   NcclWork(std::shared_ptr<NcclCommunicator::State> state, std::string prefix, std::string op, int64_t bytes,
-           CommPhase phase, std::chrono::milliseconds timeout, std::vector<Tensor> tensors)
-      : state_(std::move(state)), prefix_(std::move(prefix)), op_(std::move(op)), bytes_(bytes), phase_(phase),
-        timeout_(timeout), tensors_(std::move(tensors)) {}
+           CommPhase phase, std::chrono::milliseconds timeout, std::string raise_with, std::vector<Tensor> tensors)
+      : state_(std::move(state)), prefix_(std::move(prefix)), op_(std::move(op)), raise_with_(std::move(raise_with)),
+        bytes_(bytes), phase_(phase), timeout_(timeout), tensors_(std::move(tensors)) {}
 
   ~NcclWork() override {
     // Never waited: still order the compute stream after the collective, so the stream-ordered
@@ -206,11 +206,11 @@ class NcclWork final : public Work {
   // The watchdog times the collective from now on.
   void watch() {
     state_->watch({done_, std::chrono::steady_clock::now() + timeout_,
-                   watchdog_message(prefix_, op_, bytes_, phase_, timeout_), prefix_ + " " + op_});
+                   watchdog_message(prefix_, op_, bytes_, phase_, timeout_, raise_with_), prefix_ + " " + op_});
   }
 
   std::shared_ptr<NcclCommunicator::State> state_;
-  const std::string prefix_, op_;
+  const std::string prefix_, op_, raise_with_;
   const int64_t bytes_;
   const CommPhase phase_;
   const std::chrono::milliseconds timeout_;
@@ -256,7 +256,7 @@ template <class Issue>
 std::shared_ptr<Work> enqueue(const std::shared_ptr<NcclCommunicator::State>& st, const Communicator& c,
                               const char* op, int64_t bytes, std::vector<Tensor> tensors, Issue issue) {
   auto work = std::make_shared<NcclWork>(st, c.prefix(), op, bytes, current_comm_phase(), c.timeout(),
-                                         std::move(tensors));
+                                         c.timeout_set_by(), std::move(tensors));
   CudaEvent ready;
   ZDL_CUDA_CHECK(cudaEventRecord(ready.get(), cudaStreamPerThread));
   ZDL_CUDA_CHECK(cudaStreamWaitEvent(st->stream.get(), ready.get(), 0));

@@ -88,6 +88,15 @@ void check_model_fits_in_memory(const nn::GPTConfig& c, const Args& a, DType dty
                                  " GiB over ", world, " rank(s), logits ", need.logits / GiB, " GiB), more than ",
                                  dev.is_cuda() ? "this GPU's " : "this machine's ", have / GiB,
                                  " GiB; choose a smaller model or batch, or more ranks"));
+  // The same floor against the user's cap: a cap the model cannot meet at any stage is bad input,
+  // said now (a cap above the floor that the run still exceeds is an out-of-memory error later).
+  if (a.max_memory_per_rank > 0 && need.total() > static_cast<double>(a.max_memory_per_rank))
+    throw UsageError(detail::str("--max-memory-per-rank ", format_bytes(a.max_memory_per_rank), " is less than this model "
+                                 "needs per rank at any --zero-stage: at least ",
+                                 format_bytes(static_cast<int64_t>(need.total())), " (states ",
+                                 format_bytes(static_cast<int64_t>(need.states)), " over ", world,
+                                 " rank(s), logits ", format_bytes(static_cast<int64_t>(need.logits)),
+                                 "); raise the cap, or choose a smaller model or batch, or more ranks"));
 }
 
 // Optimizer offload to cpu on a GPU keeps every local rank's masters, Adam moments and exchange
@@ -251,9 +260,6 @@ void open_dataset(const Args& a, Setup& s, data::TokenFiles files, const dist::C
 // Checked before any training (not when the first save comes, hours later): only rank 0
 // probes --save, only some ranks open a metrics file.
 void open_outputs(Args& a, const CLI::App& app, Setup& s, const dist::Communicator& comm) {
-  for (const char* flag : {"--save", "--export-hf", "--metrics"})
-    if (given(app, flag) && app.get_option(flag)->as<std::string>().empty())
-      throw UsageError(std::string(flag) + " is empty: give a path");
   // Flags that would do nothing in this run are refused rather than silently ignored.
   if (!a.save.empty() && a.eval_only)
     throw UsageError("--save writes the training's checkpoints, and --eval-only trains nothing: drop one of them");
@@ -313,6 +319,12 @@ void check_layout(const Args& a, const dist::Communicator& comm) {
 Setup configure(Args& a, const CLI::App& app, dist::Communicator& comm, Device dev) {
   Setup s;
   io::agree_on_usage(comm, [&] {
+    // An empty path is a slip (an unset shell variable), not "the default": --data '' would train
+    // on the built-in corpus.
+    for (const char* flag : {"--data", "--resume", "--init-from", "--tokenizer", "--save", "--export-hf", "--metrics",
+                             "--offload-dir"})
+      if (given(app, flag) && app.get_option(flag)->as<std::string>().empty())
+        throw UsageError(std::string(flag) + " is empty: give a path");
     if (given(app, "--resume")) s.resumed_with_other = read_checkpoint_state(a, app, s.resumed);
     data::TokenFiles files = open_data(a, s, s.resumed && !given(app, "--data") && !a.data.empty());
     check_model(a, app, s, files, comm.size(), comm.local_size(), dev);

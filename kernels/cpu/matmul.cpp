@@ -356,24 +356,30 @@ const char* unavailable_why(GemmBackend b) {
 // The default: ZDL_CPU_GEMM if set, else oneDNN where built and the CPU has AVX-512, else
 // zerodl's AVX2 kernel where the CPU has AVX2 and FMA, else Eigen. (zerodl's AVX-512 instance is
 // not the default anywhere until it is measured against oneDNN there: bench/run_train_step.sh.)
-GemmBackend backend_from_environment() {
+GemmBackend named_in_environment() {
   const char* env = std::getenv("ZDL_CPU_GEMM");
   if (env == nullptr || *env == '\0') {
     if (ZDL_WITH_ONEDNN && cpu_has_avx512()) return GemmBackend::OneDnn;
     return gemm_blocked_supported(GemmIsa::Avx2) ? GemmBackend::Avx2 : GemmBackend::Eigen;
   }
-  return gemm_backend_named(env);
+  try {
+    return gemm_backend_named(env);
+  } catch (const Error& e) {
+    throw Error("ZDL_CPU_GEMM: " + without_code_location(e.what()));
+  }
 }
 GemmBackend& current_backend() {
-  static GemmBackend chosen = [] {
-    const GemmBackend b = backend_from_environment();
-    ZDL_CHECK(gemm_backend_available(b), "ZDL_CPU_GEMM=", gemm_backend_name(b), ", but ", unavailable_why(b));
-    return b;
-  }();
+  static GemmBackend chosen = gemm_backend_from_environment();
   return chosen;
 }
 
 }  // namespace
+
+GemmBackend gemm_backend_from_environment() {
+  const GemmBackend b = named_in_environment();
+  ZDL_CHECK(gemm_backend_available(b), "ZDL_CPU_GEMM=", gemm_backend_name(b), ", but ", unavailable_why(b));
+  return b;
+}
 
 GemmBackend gemm_backend_named(const char* name) {
   const GemmBackend all[] = {GemmBackend::Eigen, GemmBackend::Avx2, GemmBackend::Avx512, GemmBackend::OneDnn};

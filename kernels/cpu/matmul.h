@@ -36,6 +36,9 @@ enum class GemmBackend { Eigen, OneDnn, Avx2, Avx512 };
 // for the whole process, for tests and benchmarks; call it between steps, never while a product
 // runs.
 GemmBackend gemm_backend();
+// What ZDL_CPU_GEMM asks for now (the default where unset), with the same checks; read afresh at
+// every call (gemm_backend reads it once), for a program checking its environment at start.
+GemmBackend gemm_backend_from_environment();
 bool gemm_backend_available(GemmBackend b);
 void set_gemm_backend(GemmBackend b);
 const char* gemm_backend_name(GemmBackend b);

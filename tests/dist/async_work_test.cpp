@@ -74,6 +74,9 @@ TEST(AsyncWork, WatchdogMessageNamesOpBytesPhaseAndTimeout) {
             std::string::npos)
       << msg;
   EXPECT_NE(msg.find("abort_job"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("raise ZDL_COLLECTIVE_TIMEOUT_S if it is just slow"), std::string::npos) << msg;
+  msg = watchdog_message("[rank 2/8]", "all_gather", 8, CommPhase::Other, 1000ms, "--collective-timeout");
+  EXPECT_NE(msg.find("raise --collective-timeout if it is just slow"), std::string::npos) << msg;
 }
 
 }  // namespace zdl::dist

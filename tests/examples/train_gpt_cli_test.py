@@ -271,8 +271,9 @@ class TrainGptCli(unittest.TestCase):
 
     def test_bf16_grad_accum_and_memory_cap(self):
         # bf16 trains (finite, falling loss); 2 micro-batches of 4 follow one batch of 8 (the
-        # same rows; other sums, so to rounding); a cap below the model's needs is a clear
-        # out-of-memory error (exit 1) and a sufficient one changes nothing.
+        # same rows; other sums, so to rounding); a cap below what the model needs at any stage is
+        # refused at startup (exit 2), one above that but below the run's peak is a clear
+        # out-of-memory error (exit 1), and a sufficient one changes nothing.
         bf16 = self.p("bf16.jsonl")
         run("--data", self.data, *SMALL, "--steps", "30", "--dtype", "bf16", "--metrics", bf16)
         lb = losses(bf16)
@@ -285,10 +286,22 @@ class TrainGptCli(unittest.TestCase):
         for s in (1, 2, 3, 4):
             self.assertAlmostEqual(l1[s], l2[s], delta=1e-5 * abs(l1[s]))
         p = run("--data", self.data, *SMALL, "--steps", "3", "--max-memory-per-rank", "200000", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--max-memory-per-rank 195.3 KiB is less than this model needs per rank at any --zero-stage",
+                      p.stderr)
+        p = run("--data", self.data, *SMALL, "--steps", "3", "--max-memory-per-rank", "700K", check=False)
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn("out of memory", p.stderr)
+        for bad in ("1K2", "-5", "1e3", "lots"):
+            p = run("--data", self.data, *SMALL, "--max-memory-per-rank", bad, check=False)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(f"--max-memory-per-rank: '{bad}' is not a size in bytes", p.stderr)
+        # bf16 logits and their gradient take 4 bytes an entry: this model's floor is 4.4 MiB, its
+        # peak 4.9 MiB (it was refused below 8.2 MiB, its logits counted at f32's 8 bytes).
+        run("--data", self.data, "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--seq", "256", "--batch", "16",
+            "--dtype", "bf16", "--steps", "1", "--eval-every", "0", "--max-memory-per-rank", "6MiB")
         capped, free = self.p("capped.jsonl"), self.p("free.jsonl")
-        run("--data", self.data, *SMALL, "--steps", "3", "--max-memory-per-rank", "100000000", "--metrics", capped)
+        run("--data", self.data, *SMALL, "--steps", "3", "--max-memory-per-rank", "95.4M", "--metrics", capped)
         run("--data", self.data, *SMALL, "--steps", "3", "--metrics", free)
         self.assertEqual(losses(capped), losses(free))
 
@@ -333,6 +346,10 @@ class TrainGptCli(unittest.TestCase):
             (["--data", tiny], "tiny.txt"),
             (["--no-such-flag"], "no-such-flag"),
             (["--resume", self.p("nope")], "nope"),
+            (["--resume", tiny], f"'{tiny}' is a file, not a checkpoint directory"),
+            (["--data", ""], "--data is empty"),  # was: the built-in corpus
+            (["--metrics", ""], "--metrics is empty"),
+            (["--metrics", tiny], "it exists and is not a metrics log"),  # was: appended to the data
             (["--init-from", self.p("nope.safetensors")], "nope.safetensors"),
             (["--batch", "abc"], "--batch"),
             (["--sample", "5", "--prompt", ""], "--prompt is empty"),  # before training, not after
@@ -365,6 +382,18 @@ class TrainGptCli(unittest.TestCase):
                            env=dict(os.environ, TMPDIR=self.p("no-such-dir")))
         self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
         self.assertIn("give --data FILE, or set TMPDIR to a writable directory", p.stderr)
+
+    def test_bad_environment_variables_exit_2_before_training(self):
+        # OMP_NUM_THREADS=abc aborted in libomp (exit 134); the others failed with exit 1.
+        for name, value, says in (("OMP_NUM_THREADS", "abc", "OMP_NUM_THREADS='abc' is not a number of threads"),
+                                  ("OMP_NUM_THREADS", "0", "OMP_NUM_THREADS='0' asks for no threads"),
+                                  ("ZDL_CPU_GEMM", "fast", "ZDL_CPU_GEMM: a CPU GEMM back end is"),
+                                  ("ZDL_COLLECTIVE_TIMEOUT_S", "5m", "ZDL_COLLECTIVE_TIMEOUT_S='5m' is not a positive")):
+            p = subprocess.run([TRAIN_GPT, "--data", self.data, *SMALL, "--steps", "1"], capture_output=True, text=True,
+                               timeout=120, env=dict(os.environ, **{name: value}))
+            self.assertEqual(p.returncode, 2, f"{name}={value}: {p.stdout}{p.stderr}")
+            self.assertIn("train_gpt: " + says, p.stderr)
+            self.assertNotIn("step", p.stdout)
 
     def test_save_through_a_symbolic_link_saves_into_its_target(self):
         # A link to a directory: the checkpoint goes into the target, the link stays a link, and a

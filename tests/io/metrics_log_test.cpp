@@ -1,8 +1,13 @@
 // The metrics log appends one JSON object per line, and a run appending after one that was
-// killed mid-line starts on a line of its own.
+// killed mid-line starts on a line of its own; it appends to nothing but a metrics log, and a
+// FIFO without a reader is an error, not a wait.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -45,6 +50,59 @@ TEST(MetricsLog, AppendsToACompleteFileAndStartsAnEmptyOne) {
     log.write({{"run", run}});
   }
   EXPECT_EQ(lines_of(path), (std::vector<std::string>{"{\"run\":0}", "{\"run\":1}"}));
+}
+
+std::string error_of_opening(const std::string& path) {
+  try {
+    MetricsLog log(path, /*rank=*/0, /*all_ranks=*/false);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// --metrics naming the training data or a checkpoint's layout.json used to append to it.
+TEST(MetricsLog, RefusesToAppendToAFileThatIsNotAMetricsLog) {
+  testing::TempDir dir;
+  for (const std::string text : {"First Citizen:\nBefore we proceed any further, hear me speak.\n",
+                                 "{\n  \"step\": 4,\n  \"world\": 2\n}\n", "[1, 2]\n", "not json at all"}) {
+    const std::string path = dir.path() + "/other.txt";
+    std::ofstream(path, std::ios::binary) << text;
+    EXPECT_NE(error_of_opening(path).find("it exists and is not a metrics log (its first line is not a JSON object)"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(contents(path), text);  // untouched
+  }
+  // A run killed while writing its first line left one torn line: still a log.
+  const std::string torn = dir.path() + "/torn.jsonl";
+  std::ofstream(torn, std::ios::binary) << "{\"type\": \"con";
+  EXPECT_EQ(error_of_opening(torn), "");
+  EXPECT_EQ(contents(torn), "{\"type\": \"con\n");
+  EXPECT_NE(error_of_opening(dir.path()).find("it is a directory"), std::string::npos);
+}
+
+// A FIFO nobody reads used to block the run before its first step; one with a reader is written.
+TEST(MetricsLog, AFifoWithoutAReaderIsRefusedAndOneWithAReaderIsWritten) {
+  testing::TempDir dir;
+  const std::string fifo = dir.path() + "/metrics.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(error_of_opening(fifo).find("it is a FIFO that no process reads; start its reader first"),
+            std::string::npos);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  {
+    MetricsLog log(fifo, /*rank=*/0, /*all_ranks=*/false);
+    log.write({{"step", 1}});
+  }
+  char buf[64] = {};
+  const ssize_t n = ::read(reader, buf, sizeof buf);
+  ::close(reader);
+  EXPECT_EQ(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0), "{\"step\":1}\n");
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -135,6 +137,56 @@ TEST(ProgramMain, BadInitOptionsAreAUsageError) {
   EXPECT_FALSE(o.ran);
 }
 
+// Sets an environment variable for one scope, then puts back what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// A bad value used to abort in libomp (OMP_NUM_THREADS=abc: an assertion, exit 134) or fail
+// part way in (ZDL_CPU_GEMM at the first product; the dist variables exited 1 with the check's
+// source line): now bad input, said before the program runs.
+TEST(ProgramMain, BadEnvironmentVariablesExit2BeforeTheProgramRuns) {
+  const struct {
+    const char* name;
+    const char* value;
+    const char* says;
+  } cases[] = {
+      {"OMP_NUM_THREADS", "abc", "prog: OMP_NUM_THREADS='abc' is not a number of threads"},
+      {"OMP_NUM_THREADS", "-3", "prog: OMP_NUM_THREADS='-3' is not a number of threads"},
+      {"OMP_NUM_THREADS", "1.5", "prog: OMP_NUM_THREADS='1.5' is not a number of threads"},
+      {"OMP_NUM_THREADS", "0", "prog: OMP_NUM_THREADS='0' asks for no threads: give 1 or more"},
+      {"OMP_NUM_THREADS", "99999999", "prog: OMP_NUM_THREADS='99999999' is more than 16 threads for each of"},
+      {"ZDL_CPU_GEMM", "bogus", "prog: ZDL_CPU_GEMM: a CPU GEMM back end is eigen, avx2, avx512 or onednn, got 'bogus'\n"},
+      {"ZDL_COLLECTIVE_TIMEOUT_S", "abc", "prog: ZDL_COLLECTIVE_TIMEOUT_S='abc' is not a positive number of seconds"},
+      {"ZDL_DIST_BACKEND", "gloo", "prog: dist::init: unknown backend 'gloo' (from ZDL_DIST_BACKEND)"},
+      {"ZDL_RANKS_PER_NODE", "x", "prog: ZDL_RANKS_PER_NODE='x' is not a positive number of ranks"},
+  };
+  for (const auto& c : cases) {
+    ScopedEnv env(c.name, c.value);
+    Outcome o = run_prog({}, succeed);
+    EXPECT_EQ(o.code, 2) << c.name << "=" << c.value;
+    EXPECT_FALSE(o.ran);
+    EXPECT_EQ(o.err.rfind(c.says, 0), 0u) << o.err;
+    EXPECT_EQ(o.err.find(" failed at "), std::string::npos) << o.err;  // no source line
+  }
+  for (const char* fine : {"1", " 2 ", "2,1"}) {
+    ScopedEnv env("OMP_NUM_THREADS", fine);
+    EXPECT_EQ(run_prog({}, succeed).code, 0) << fine;
+  }
+}
+
 TEST(ProgramMain, AgreeOnUsageOnOneRankRethrows) {
   Outcome o = run_prog({}, [](dist::Communicator& comm) {
     agree_on_usage(comm, [] {});  // nothing wrong: goes on
@@ -150,6 +202,28 @@ TEST(ProgramFlags, ShortParseMessageSaysUnboundedRangesBriefly) {
   EXPECT_EQ(short_parse_message("--lr: Value -1 not in range 0.000000 to " + huge + ".000000"), "--lr: -1 must not be negative");
   EXPECT_EQ(short_parse_message("--steps: Value 0 not in range 0.000000 to " + huge), "--steps: 0 must be positive");
   EXPECT_EQ(short_parse_message("--zero-stage: Value 5 not in range 0 to 3"), "--zero-stage: Value 5 not in range 0 to 3");
+  // Not a number at all: strtod reads "1" of "1K" (it said "1K must not be negative").
+  EXPECT_EQ(short_parse_message("--lr: Value 1K not in range 0.000000 to " + huge), "--lr: 1K is not a number");
+  EXPECT_EQ(short_parse_message("--lr: Value abc not in range 0.000000 to " + huge), "--lr: abc is not a number");
+}
+
+TEST(ProgramFlags, ByteSizesTakeBinaryUnits) {
+  std::string why;
+  EXPECT_EQ(parse_byte_size("4096", &why), 4096);
+  EXPECT_EQ(parse_byte_size("512K", &why), 512 * 1024);
+  EXPECT_EQ(parse_byte_size("2g", &why), int64_t{2} << 30);
+  EXPECT_EQ(parse_byte_size("1.5GiB", &why), int64_t{3} << 29);
+  EXPECT_EQ(parse_byte_size(" 64 MB ", &why), int64_t{64} << 20);
+  EXPECT_EQ(parse_byte_size("10b", &why), 10);
+  EXPECT_EQ(parse_byte_size("0", &why), 0);
+  for (const char* bad : {"", "-5", "1e3", "abc", "1K2", "5X", "nan", "1..5M"}) {
+    why.clear();
+    EXPECT_EQ(parse_byte_size(bad, &why), std::nullopt) << bad;
+    EXPECT_EQ(why, "'" + std::string(bad) + "' is not a size in bytes (a number, optionally with a unit: 4096, 512K, 2G, "
+                     "1.5GiB)");
+  }
+  EXPECT_EQ(parse_byte_size("99999999999T", &why), std::nullopt);
+  EXPECT_EQ(why, "'99999999999T' is too large a size in bytes");
 }
 
 TEST(FatalReport, OneRankAlwaysSpeaks) {

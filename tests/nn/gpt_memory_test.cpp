@@ -22,6 +22,14 @@ TEST(GptMemory, AtLeastOneRowAndThePaddedVocabulary) {
   EXPECT_DOUBLE_EQ(training_memory_floor(c, /*batch=*/2, /*seq=*/16, /*world=*/8).logits, 1.0 * 16 * 50304 * 8);
 }
 
+// The logits and their gradient are in the compute dtype: 4 bytes an entry in bf16, not f32's 8
+// (which refused bf16 runs that fit: tests/examples/train_gpt_cli_test.py).
+TEST(GptMemory, LogitsTakeTwoElementsOfTheComputeDtypeAnEntry) {
+  const GPTConfig c{.vocab_size = 256, .block_size = 64, .n_layer = 2, .n_head = 2, .n_embd = 32};
+  EXPECT_DOUBLE_EQ(training_memory_floor(c, 8, 64, 4, false, /*element_bytes=*/2).logits, 2.0 * 64 * 256 * 4);
+  EXPECT_DOUBLE_EQ(training_memory_floor(c, 8, 64, 4, false, /*element_bytes=*/4).logits, 2.0 * 64 * 256 * 8);
+}
+
 // Offloaded optimizer states (host or NVMe) leave the parameters and gradients, s bytes each:
 // 8 bytes a parameter in f32, 4 in bf16, over the ranks.
 TEST(GptMemory, OffloadedOptimizerStatesLeaveParametersAndGradients) {

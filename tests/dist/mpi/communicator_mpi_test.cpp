@@ -283,7 +283,7 @@ TEST(MpiCommunicator, WatchdogFiresWhenOtherRanksDoNotJoin) {
   // a barrier on the world communicator. MPI cannot cancel the pending collective, but the late
   // join completes it, so every rank ends cleanly.
   MpiCommunicator side;
-  side.set_timeout(1s);
+  side.set_timeout(1s, "--collective-timeout");
   Tensor t = Tensor::full({1000}, 1.0, DType::F32);
   if (c.rank() == 0) {
     auto w = side.all_reduce_async(t);
@@ -296,6 +296,8 @@ TEST(MpiCommunicator, WatchdogFiresWhenOtherRanksDoNotJoin) {
                         0),
               0u)
         << msg;
+    // What set the timeout is what to raise (it named the environment variable, which a flag overrides).
+    EXPECT_NE(msg.find("or raise --collective-timeout if it is just slow"), std::string::npos) << msg;
     EXPECT_GE(elapsed, 1s);
     EXPECT_LT(elapsed, 10s);
     c.barrier();  // releases the other ranks
