@@ -11,16 +11,19 @@
 //   ./cpu_ops_bench [threads=2] [sizes=256,512,1024,2048]
 #include <omp.h>
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "autograd/ops.h"
+#include "io/program_flags.h"
 #include "kernels/cpu/matmul.h"
 
 namespace {
@@ -53,13 +56,15 @@ void report(const char* op, int64_t size, double flops, double ms) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  int threads = 2;
   std::vector<int64_t> sizes = {256, 512, 1024, 2048};
-  if (argc > 2) {
-    sizes.clear();
-    std::stringstream ss(argv[2]);
-    for (std::string s; std::getline(ss, s, ',');) sizes.push_back(std::stoll(s));
-  }
+  CLI::App app{"cpu_ops_bench: GFLOP/s of zerodl's CPU matmul and causal attention (bench/run_cpu_ops.sh)"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("threads", threads, "OpenMP threads")->check(CLI::PositiveNumber);
+  app.add_option("sizes", sizes, "matrix sizes S and sequence lengths T, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  if (std::optional<int> code = zdl::io::check_invocation("cpu_ops_bench", app, argc, argv)) return *code;
   omp_set_num_threads(threads);
   zdl::NoGradGuard no_grad;
   namespace kc = zdl::kernels::cpu;

@@ -31,6 +31,7 @@
 #include "dist/zero/partitioner.h"
 #include "dist/zero/trainer.h"
 #include "dist/zero/zero_adamw.h"
+#include "io/environment.h"
 #include "nn/gpt.h"
 
 using namespace zdl;
@@ -62,6 +63,10 @@ int main(int argc, char** argv) {
       std::printf("%s", kUsage);
       return 0;
     }
+  if (const std::string problem = io::environment_problem(); !problem.empty()) {
+    std::fprintf(stderr, "offload_bench: %s\n", problem.c_str());
+    return 2;
+  }
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {

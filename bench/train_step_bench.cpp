@@ -13,11 +13,13 @@
 // turn, one per step, and one line per back end with its median step. Alternating step by step
 // lets a comparison see the same machine load, which on a shared machine drifts by more than the
 // difference between back ends from one process to the next.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,8 @@
 #include "dist/zero/trainer.h"
 #include "dist/zero/partitioner.h"
 #include "dist/zero/zero_adamw.h"
+#include "core/check.h"
+#include "io/program_flags.h"
 #include "kernels/cpu/matmul.h"
 #include "nn/activation_checkpoint.h"
 #include "nn/gpt.h"
@@ -34,57 +38,70 @@
 
 using namespace zdl;
 
+namespace {
+
+// The back ends a --gemm list names, each checked against this build and CPU.
+std::vector<kernels::cpu::GemmBackend> gemms_named(const std::string& list) {
+  std::vector<kernels::cpu::GemmBackend> out;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    out.push_back(kernels::cpu::gemm_backend_named(list.substr(at, comma - at).c_str()));
+    kernels::cpu::set_gemm_backend(out.back());  // throws if this build or CPU lacks it
+    at = comma + 1;
+  }
+  return out;
+}
+
+int run(int64_t L, int64_t H, int64_t C, int64_t T, int64_t B, int64_t V, int64_t steps, int64_t warmup,
+        int64_t checkpoint, bool bf16, const std::vector<kernels::cpu::GemmBackend>& gemms);
+
+}  // namespace
+
 int main(int argc, char** argv) {
   int64_t L = 4, H = 4, C = 256, T = 128, B = 8, V = 256, steps = 20, warmup = 3, checkpoint = 0;
-  bool bf16 = false;
+  std::string dtype = "f32", gemm_list;
+  CLI::App app{"train_step_bench: tokens/s of a small GPT's training step on the CPU (bench/run_train_step.sh)"};
+  // A repeated flag: the last wins (profile_train_step.sh appends its own --steps).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->always_capture_default();
+  app.add_option("--layers", L, "n_layer")->check(CLI::PositiveNumber);
+  app.add_option("--heads", H, "n_head")->check(CLI::PositiveNumber);
+  app.add_option("--embd", C, "n_embd (a multiple of --heads)")->check(CLI::PositiveNumber);
+  app.add_option("--seq", T, "sequence length")->check(CLI::PositiveNumber);
+  app.add_option("--batch", B, "sequences per step")->check(CLI::PositiveNumber);
+  app.add_option("--vocab", V, "vocabulary size")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "timed steps (per back end)")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  app.add_option("--checkpoint", checkpoint, "activation checkpointing of blocks 0, K, 2K, ... (0: off)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--dtype", dtype, "f32, or bf16 (mixed precision as train_gpt's)")->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--gemm", gemm_list, "f32 GEMM back ends taken in turn, one per step: eigen,avx2,avx512,onednn "
+                                      "(default: ZDL_CPU_GEMM's, or zerodl's choice for this CPU)");
+  if (std::optional<int> code = io::check_invocation("train_step_bench", app, argc, argv)) return *code;
   std::vector<kernels::cpu::GemmBackend> gemms;
   try {
-    gemms.push_back(kernels::cpu::gemm_backend());  // ZDL_CPU_GEMM's, which may name one this CPU lacks
+    gemms = gemm_list.empty() ? std::vector{kernels::cpu::gemm_backend()} : gemms_named(gemm_list);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_step_bench: %s\n", e.what());
+    std::fprintf(stderr, "train_step_bench: %s%s\n", gemm_list.empty() ? "" : "--gemm: ",
+                 without_code_location(e.what()).c_str());
     return 2;
   }
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i];
-    int64_t v = std::atoll(argv[i + 1]);
-    if (k == "--dtype") {
-      bf16 = std::strcmp(argv[i + 1], "bf16") == 0;
-      if (!bf16 && std::strcmp(argv[i + 1], "f32") != 0) {
-        std::fprintf(stderr, "--dtype must be f32 or bf16, got %s\n", argv[i + 1]);
-        return 2;
-      }
-    } else if (k == "--gemm") {
-      gemms.clear();
-      std::string list = argv[i + 1];
-      for (size_t at = 0; at <= list.size();) {
-        const size_t comma = std::min(list.find(',', at), list.size());
-        try {
-          gemms.push_back(kernels::cpu::gemm_backend_named(list.substr(at, comma - at).c_str()));
-          kernels::cpu::set_gemm_backend(gemms.back());
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "--gemm: %s\n", e.what());
-          return 2;
-        }
-        at = comma + 1;
-      }
-    } else if (k == "--layers") L = v;
-    else if (k == "--heads") H = v;
-    else if (k == "--embd") C = v;
-    else if (k == "--seq") T = v;
-    else if (k == "--batch") B = v;
-    else if (k == "--vocab") V = v;
-    else if (k == "--steps") steps = v;
-    else if (k == "--warmup") warmup = v;
-    else if (k == "--checkpoint") checkpoint = v;
-    else {
-      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
-      return 2;
-    }
-  }
-  if (steps < 1 || warmup < 0) {
-    std::fprintf(stderr, "--steps must be >= 1 and --warmup >= 0\n");
+  if (C % H != 0) {
+    std::fprintf(stderr, "train_step_bench: --embd %lld must be a multiple of --heads %lld\n",
+                 static_cast<long long>(C), static_cast<long long>(H));
     return 2;
   }
+  try {
+    return run(L, H, C, T, B, V, steps, warmup, checkpoint, dtype == "bf16", gemms);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_step_bench: error: %s\n", without_code_location(e.what()).c_str());
+    return 1;
+  }
+}
+
+namespace {
+
+int run(int64_t L, int64_t H, int64_t C, int64_t T, int64_t B, int64_t V, int64_t steps, int64_t warmup,
+        int64_t checkpoint, bool bf16, const std::vector<kernels::cpu::GemmBackend>& gemms) {
   nn::GPTConfig cfg{.vocab_size = V, .block_size = T, .n_layer = L, .n_head = H, .n_embd = C};
   std::shared_ptr<nn::GPT> model;
   std::unique_ptr<dist::ZeroPartitioner> zero;
@@ -144,3 +161,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace

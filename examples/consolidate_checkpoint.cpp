@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "dist/checkpoint/sharded_checkpoint.h"
+#include "io/environment.h"
 #include "io/gpt2_format.h"
 #include "io/hf_dir.h"
 
@@ -27,6 +28,10 @@ int main(int argc, char** argv) {
                  "            with model.safetensors and config.json for Hugging Face transformers\n",
                  argc > 0 ? argv[0] : "consolidate_checkpoint");
     return help ? 0 : 2;
+  }
+  if (const std::string problem = zdl::io::environment_problem(); !problem.empty()) {
+    std::fprintf(stderr, "consolidate_checkpoint: %s\n", problem.c_str());
+    return 2;
   }
   const std::string ckpt = argv[1], out = argv[2];
   try {

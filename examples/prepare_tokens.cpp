@@ -42,6 +42,7 @@
 #include "data/shard_manifest.h"
 #include "io/checkpoint_dir.h"
 #include "io/file.h"
+#include "io/program_flags.h"
 
 using namespace zdl;
 namespace fs = std::filesystem;
@@ -337,14 +338,7 @@ int main(int argc, char** argv) {
                  "where documents end: blank-line (after each \"\\n\\n\", as llm.c's tiny shakespeare), eot (at each "
                  "<|endoftext|> in the text), none (one document)")
       ->check(CLI::IsMember({"blank-line", "eot", "none"}));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "prepare_tokens: %s (see --help)\n", e.what());
-    return 2;
-  }
+  if (std::optional<int> code = zdl::io::check_invocation("prepare_tokens", app, argc, argv)) return *code;
   try {
     return run(a);
   } catch (const UsageError& e) {

@@ -51,11 +51,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dist/zero/closed_forms.h"
 #include "dist/zero/overlap_model.h"
+#include "io/program_flags.h"
 
 using namespace zdl;
 using dist::ZeroStage;
@@ -417,8 +419,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--out", a.out, "a directory for predict_memory_n<N>.csv and predict_traffic_n<N>.csv")
       ->check(CLI::ExistingDirectory);
+  if (std::optional<int> code = io::check_invocation("zero_predict", app, argc, argv)) return *code;
   try {
-    app.parse(argc, argv);
     if (!a.model.empty()) {
       for (const char* f : {"--n-layer", "--n-embd", "--n-head"})
         if (app.count(f) > 0) throw CLI::ValidationError(f, "--model sets it; give one or the other");
@@ -469,8 +471,9 @@ int main(int argc, char** argv) {
     std::printf("\nAs N grows, model states per rank fall by at most (2s+K)/(2s) = %.0fx (ZeRO-1), (2s+K)/s = %.0fx "
                 "(ZeRO-2), and N (ZeRO-3).\n",
                 (2 * s + k) / (2 * s), (2 * s + k) / s);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+  } catch (const CLI::ParseError& e) {  // the checks above, worded as CLI11's
+    std::fprintf(stderr, "zero_predict: %s (see --help)\n", e.what());
+    return 2;
   }
   return 0;
 }

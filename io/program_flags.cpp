@@ -4,14 +4,36 @@
 #include <cerrno>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <regex>
 #include <utility>
 
 #include "core/hash.h"
+#include "io/environment.h"
 #include "io/program_main.h"
 
 namespace zdl::io {
+
+std::optional<int> check_invocation(const char* name, CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", name, short_parse_message(e.what()).c_str());
+    return 2;
+  }
+  if (std::string bad = malformed_number(app); !bad.empty()) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", name, bad.c_str());
+    return 2;
+  }
+  if (const std::string problem = environment_problem(); !problem.empty()) {
+    std::fprintf(stderr, "%s: %s\n", name, problem.c_str());
+    return 2;
+  }
+  return std::nullopt;
+}
 
 std::string malformed_number(const CLI::App& app) {
   for (const CLI::Option* opt : app.get_options()) {

@@ -11,6 +11,12 @@
 
 namespace zdl::io {
 
+// How a program starts: CLI11's verdict on argv, the numbers it lets through (malformed_number),
+// then the environment variables zerodl reads (io/environment.h). Returns an exit code to return
+// (0 after --help; 2 after "NAME: MESSAGE (see --help)" or "NAME: MESSAGE" on stderr), or none
+// to go on.
+std::optional<int> check_invocation(const char* name, CLI::App& app, int argc, char** argv);
+
 // Numbers CLI11 (2.1) lets through although they are malformed: nan passes every range check
 // (each comparison is false), an integer too large for 64 bits is clamped to the largest one,
 // and "-1" wraps around in an unsigned option. Returns the complaint, or "" if all are fine.

@@ -5,30 +5,12 @@
 #include <optional>
 #include <utility>
 
-#include "io/environment.h"
 #include "io/fatal_report.h"
 #include "io/program_flags.h"
 
 namespace zdl::io {
 
 namespace {
-
-// CLI11's verdict on argv, then the numbers it lets through: an exit code, or none to go on.
-std::optional<int> parse_flags(const char* name, CLI::App& app, int argc, char** argv) {
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "%s: %s (see --help)\n", name, short_parse_message(e.what()).c_str());
-    return 2;
-  }
-  if (std::string bad = malformed_number(app); !bad.empty()) {
-    std::fprintf(stderr, "%s: %s (see --help)\n", name, bad.c_str());
-    return 2;
-  }
-  return std::nullopt;
-}
 
 // What a failure of `run` prints, and its exit code (the table in io/program_main.h).
 int report_failure(const char* name, dist::Communicator& comm, const std::optional<FatalReport>& report) {
@@ -58,11 +40,7 @@ int report_failure(const char* name, dist::Communicator& comm, const std::option
 int run_program(const char* name, CLI::App& app, int argc, char** argv,
                 const std::function<int(dist::Communicator&)>& run,
                 const std::function<dist::InitOptions()>& init_options, const std::vector<std::string>& path_flags) {
-  if (std::optional<int> code = parse_flags(name, app, argc, argv)) return *code;
-  if (const std::string problem = environment_problem(); !problem.empty()) {
-    std::fprintf(stderr, "%s: %s\n", name, problem.c_str());
-    return 2;
-  }
+  if (std::optional<int> code = check_invocation(name, app, argc, argv)) return *code;
   std::shared_ptr<dist::Communicator> comm;
   dist::InitOptions options;
   std::optional<UsageError> bad_options;

@@ -25,3 +25,4 @@ if [ "$cuda" = ON ]; then
 fi
 mpirun -np "${ZDL_RANKS:-$ranks}" "$root/build/examples/train_gpt" "${device[@]}" --zero-stage 3 --steps 400 \
   --eval-every 100 --sample 400 "$@"
+echo "next: 'bash scripts/build.sh' builds the other programs into build/ (the ZeRO walkthrough: README, 'Learn ZeRO')"
