@@ -17,6 +17,7 @@
 #include "io/environment.h"
 #include "io/gpt2_format.h"
 #include "io/hf_dir.h"
+#include "io/temporary_files.h"
 
 int main(int argc, char** argv) {
   const bool help = argc == 2 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help");
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "consolidate_checkpoint: %s\n", problem.c_str());
     return 2;
   }
+  zdl::io::RemoveTemporariesOnSignal cleanup("consolidate_checkpoint");  // Ctrl-C leaves no partial file
   const std::string ckpt = argv[1], out = argv[2];
   try {
     const zdl::io::TrainState st = zdl::dist::read_sharded_train_state(ckpt);

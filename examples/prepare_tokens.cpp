@@ -17,7 +17,7 @@
 // checksum), last: a failure leaves none of them behind, and a run killed while renaming leaves
 // shards without a manifest, which train_gpt refuses (a partial set would otherwise read as the
 // whole dataset through a glob). Shards or a manifest of an earlier run under the same prefix
-// are refused rather than mixed with.
+// are refused rather than mixed with. Ctrl-C (or SIGTERM, SIGHUP) removes the staged shards.
 //
 // Exit codes: 0 done, 2 bad input (flags, files), 1 a failure while writing.
 #include <unistd.h>
@@ -43,6 +43,7 @@
 #include "io/checkpoint_dir.h"
 #include "io/file.h"
 #include "io/program_flags.h"
+#include "io/temporary_files.h"
 
 using namespace zdl;
 namespace fs = std::filesystem;
@@ -339,6 +340,7 @@ int main(int argc, char** argv) {
                  "<|endoftext|> in the text), none (one document)")
       ->check(CLI::IsMember({"blank-line", "eot", "none"}));
   if (std::optional<int> code = zdl::io::check_invocation("prepare_tokens", app, argc, argv)) return *code;
+  io::RemoveTemporariesOnSignal cleanup("prepare_tokens");  // Ctrl-C leaves no staged shard behind
   try {
     return run(a);
   } catch (const UsageError& e) {

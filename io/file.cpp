@@ -9,9 +9,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
+#include "io/temporary_files.h"
 
 namespace zdl::io {
 
@@ -48,12 +50,14 @@ AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
   fd_ = ::mkstemp(buf.data());
   ZDL_CHECK(fd_ >= 0, "cannot create a temporary file next to '", path_, "' (", tmpl, "): ", errno_str());
   temp_ = buf.data();
+  listed_ = list_temporary(temp_.c_str());
   ::fchmod(fd_, 0666 & ~current_umask());
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
   if (fd_ >= 0) ::close(fd_);
   if (!committed_ && !temp_.empty()) ::unlink(temp_.c_str());
+  forget_temporary(listed_);
 }
 
 void AtomicFileWriter::write(const void* data, size_t n) {
@@ -81,6 +85,7 @@ void AtomicFileWriter::commit() {
   ZDL_CHECK(!committed_, "AtomicFileWriter: '", path_, "' committed twice");
   if (fd_ >= 0) close();
   rename_path(temp_, path_);
+  forget_temporary(std::exchange(listed_, -1));
   committed_ = true;
   fsync_directory(parent_dir(path_));
 }

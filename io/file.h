@@ -39,6 +39,7 @@ class AtomicFileWriter {
 
  private:
   std::string path_, temp_;
+  int listed_ = -1;  // its slot in io/temporary_files.h's list
   int fd_ = -1;
   uint64_t written_ = 0;
   bool committed_ = false;

@@ -13,10 +13,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 TRAIN_GPT = None
@@ -820,6 +822,32 @@ class TrainGptCli(unittest.TestCase):
         self.prepare("--input", path, "--tokenizer", self.p("tok"), "--output", prefix, "--val-tokens", "600",
                      "--shard-tokens", "600")
         run(*base)
+
+    def test_prepare_tokens_stopped_by_a_signal_leaves_no_temporary_files(self):
+        # Ctrl-C while shards are staged: they were left as hidden ".NAME.tmp.XXXXXX" files as
+        # large as the shards, which nothing removed. The signal is sent as soon as the first
+        # staged shard appears, early in a run of ~40 MB.
+        path, text = self.bpe_text()
+        train_bpe_tokenizer(self.p("tok"), text, 40)
+        big = self.p("big.txt")
+        with open(big, "w") as f:
+            for k in range(40 * 1024 * 1024 // len(text) + 1):
+                f.write(text.replace("number", f"number {k}"))
+        out = self.p("stopped")
+        os.mkdir(out)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            exe = os.path.join(os.path.dirname(TRAIN_GPT), "prepare_tokens")
+            proc = subprocess.Popen([exe, "--input", big, "--tokenizer", self.p("tok.tiktoken"), "--output",
+                                     out + "/s", "--shard-tokens", "5000"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 60
+            while not any(".tmp." in n for n in os.listdir(out)) and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.001)
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=60)
+            self.assertEqual(proc.returncode, -sig, err)  # ended by the signal, not finished
+            self.assertIn("prepare_tokens: stopped by a signal; its temporary files are removed", err)
+            self.assertEqual(os.listdir(out), [])
 
     def test_shards_more_than_the_open_file_limit_load(self):
         # 1,100 shards under `ulimit -n 256`: no descriptor is held per shard.
