@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string_view>
 
 #include "core/check.h"
@@ -324,10 +325,15 @@ void write_default_corpus(const std::string& path) {
 }
 
 std::string default_corpus_file() {
-  auto path = std::filesystem::temp_directory_path() / "zerodl-default-corpus.txt";
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec) || std::filesystem::file_size(path, ec) != default_corpus().size())
-    write_default_corpus(path.string());
+  const auto path = std::filesystem::temp_directory_path() / "zerodl-default-corpus.txt";
+  // Compared byte for byte, not by size: a file of the same size with other bytes (a corrupted
+  // copy, someone else's file of that name) would be trained on as the corpus.
+  const std::string corpus = default_corpus();
+  std::ifstream in(path, std::ios::binary);
+  std::string there(corpus.size() + 1, '\0');
+  in.read(there.data(), static_cast<std::streamsize>(there.size()));
+  there.resize(static_cast<size_t>(in.gcount()));
+  if (there != corpus) write_default_corpus(path.string());
   return path.string();
 }
 

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -90,6 +91,28 @@ TEST(DefaultCorpus, WrittenFileMatchesAndFeedsATokenDataset) {
   TokenDataset ds(path, {.batch_size = 8, .seq_len = 256, .val_fraction = 0.1});
   EXPECT_GE(ds.num_eval_batches(Split::Val), 20);
   EXPECT_THROW(write_default_corpus(dir.file("no/such/dir/corpus.txt")), Error);
+}
+
+// The cached copy in $TMPDIR is checked byte for byte: one of the same size with other bytes
+// was trained on as the corpus (the check compared sizes only).
+TEST(DefaultCorpus, TheCachedFileIsRewrittenWhenItsBytesDiffer) {
+  testing::TempDir dir;
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  ::setenv("TMPDIR", dir.path().c_str(), 1);
+  const std::string corpus = default_corpus();
+  const std::string path = default_corpus_file();
+  EXPECT_EQ(path, dir.file("zerodl-default-corpus.txt"));
+  for (const std::string& wrong : {std::string(corpus.size(), 'x'), corpus.substr(0, 100), corpus + "more"}) {
+    std::ofstream(path, std::ios::binary) << wrong;
+    EXPECT_EQ(default_corpus_file(), path);
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    EXPECT_TRUE(ss.str() == corpus) << "a cached copy of " << wrong.size() << " bytes was kept";
+  }
+  if (old) ::setenv("TMPDIR", saved.c_str(), 1);
+  else ::unsetenv("TMPDIR");
 }
 
 }  // namespace zdl::data
