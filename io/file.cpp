@@ -47,10 +47,17 @@ AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
   std::string tmpl = parent_dir(path_) + "/." + p.filename().string() + ".tmp.XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
+  // Listed before the file exists (mkstemp fills in the name, then creates it): a signal from
+  // here on removes it.
+  listed_ = list_temporary(buf.data());
   fd_ = ::mkstemp(buf.data());
-  ZDL_CHECK(fd_ >= 0, "cannot create a temporary file next to '", path_, "' (", tmpl, "): ", errno_str());
+  if (fd_ < 0) {
+    const std::string why = errno_str();
+    forget_temporary(std::exchange(listed_, -1));
+    ZDL_CHECK(false, "cannot create a temporary file next to '", path_, "' (", tmpl, "): ", why);
+  }
   temp_ = buf.data();
-  listed_ = list_temporary(temp_.c_str());
+  relist_temporary(listed_, temp_.c_str());
   ::fchmod(fd_, 0666 & ~current_umask());
 }
 

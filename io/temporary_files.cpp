@@ -39,6 +39,10 @@ int list_temporary(const char* path) {
   return -1;
 }
 
+void relist_temporary(int slot, const char* path) {
+  if (slot >= 0) g_paths[slot].store(path);
+}
+
 void forget_temporary(int slot) {
   if (slot >= 0) g_paths[slot].store(nullptr);
 }

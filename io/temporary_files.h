@@ -15,6 +15,8 @@ namespace zdl::io {
 // A slot of the list, or -1 when the list is full (the file is then not removed on a signal).
 // `path` must stay valid until forget_temporary.
 int list_temporary(const char* path);
+// The same file under a new pointer (the old one's storage may then go).
+void relist_temporary(int slot, const char* path);
 void forget_temporary(int slot);
 
 class RemoveTemporariesOnSignal {
