@@ -14,8 +14,9 @@ namespace zdl::io {
 
 namespace {
 
-// Whether an existing file is a metrics log to append to: its first line is a JSON object (or,
-// the whole file being one torn line, starts as one). Anything else (the training data, a
+// Whether an existing file is a metrics log to append to: its first line is a JSON object with a
+// "type" or a "step" (every line a run writes has one), or the whole file is one torn line that
+// starts as an object. Anything else (the training data, JSON-lines data, a results file, a
 // checkpoint's pretty-printed layout.json) is someone else's file, not to be appended to.
 bool looks_like_a_metrics_log(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -23,7 +24,7 @@ bool looks_like_a_metrics_log(const std::string& path) {
   if (!std::getline(in, first)) return true;  // unreadable here: opening it says why
   if (in.eof()) return !first.empty() && first.front() == '{';
   const nlohmann::json j = nlohmann::json::parse(first, nullptr, /*allow_exceptions=*/false);
-  return j.is_object();
+  return j.is_object() && (j.contains("type") || j.contains("step"));
 }
 
 // Whether a regular file's last byte is not a newline: a run killed mid-line left it torn.
@@ -45,7 +46,8 @@ std::FILE* open_for_appending(const std::string& path) {
   const bool fifo = exists && S_ISFIFO(st.st_mode), regular = exists && S_ISREG(st.st_mode);
   if (exists && S_ISDIR(st.st_mode)) cannot_open(path, "it is a directory; give a file's path");
   if (regular && st.st_size > 0 && !looks_like_a_metrics_log(path))
-    cannot_open(path, "it exists and is not a metrics log (its first line is not a JSON object); give a new file, "
+    cannot_open(path, "it exists and is not a metrics log (its first line is not a JSON object with a \"type\" or a "
+                      "\"step\"); give a new file, "
                       "or an earlier run's metrics to append to");
   const bool torn = regular && ends_torn(path);
   // A FIFO opens for writing only once a reader has it open: without O_NONBLOCK the run would wait

@@ -185,7 +185,7 @@ void check_model(Args& a, const CLI::App& app, Setup& s, const data::TokenFiles&
   if (a.shard_group > 0 && world % a.shard_group != 0)
     throw UsageError(detail::str("--shard-group ", a.shard_group, " must divide the number of ranks ", world,
                                  " (groups of K ranks shard the states, and the N/K groups replicate them)"));
-  if (a.shard_group > 0 && a.shard_group < world && a.zero_stage == 0)
+  if (a.shard_group > 0 && a.zero_stage == 0)
     throw UsageError(detail::str("--shard-group shards the model states within groups, but --zero-stage 0 (DDP) ",
                                  "shards nothing: use --zero-stage 1, 2 or 3"));
   if (a.secondary_partition && a.zero_stage != 3)
@@ -268,6 +268,21 @@ void open_outputs(Args& a, const CLI::App& app, Setup& s, const dist::Communicat
   if (a.stop_after > a.steps)
     throw UsageError(detail::str("--stop-after ", a.stop_after, " is beyond --steps ", a.steps,
                                  ": the run ends at step ", a.steps, " anyway"));
+  if (given(app, "--save-every") && a.save_every > 0 && a.save.empty())
+    throw UsageError(detail::str("--save-every ", a.save_every, " saves checkpoints into --save DIR: give --save too "
+                                 "(without it nothing is saved)"));
+  for (const char* flag : {"--save-every", "--stop-after"})
+    if (given(app, flag) && a.eval_only)
+      throw UsageError(std::string(flag) + " applies to training, and --eval-only trains nothing: drop one of them");
+  for (const char* flag : {"--temperature", "--top-k", "--prompt"})
+    if (given(app, flag) && a.sample == 0)
+      throw UsageError(std::string(flag) + " shapes the text of --sample N, and no sample is asked for: give --sample "
+                                           "N, or drop " + flag);
+  if (given(app, "--nan-skip-limit") && a.on_nan != "skip")
+    throw UsageError("--nan-skip-limit counts the steps --on-nan skip skips: give --on-nan skip, or drop it");
+  if (given(app, "--eval-batches") && a.eval_every == 0 && !a.eval_only)
+    throw UsageError("--eval-batches sizes each validation, and --eval-every 0 runs none: give --eval-every N, or drop "
+                     "--eval-batches");
   if (given(app, "--eval-every") && a.eval_every > 0 && a.val_fraction == 0 && !a.eval_only)
     throw UsageError(detail::str("--eval-every ", a.eval_every, " validates on the held-out split, and --val-fraction 0 ",
                                  "holds none out: give --val-fraction above 0, or --eval-every 0"));

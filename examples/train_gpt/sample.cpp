@@ -38,11 +38,13 @@ void print_sample(Session& x, const CLI::App& app) {
   auto ids = nn::generate(x.model, prompt_ids(a, app, tok),
                           {.max_new_tokens = a.sample, .temperature = a.temperature, .top_k = a.top_k, .seed = a.seed});
   if (tok && tok->eot_id()) ids.erase(ids.begin());
-  if (x.lead())
-    std::printf("---- sample (%lld %s, temperature %.2f, top-k %lld) ----\n%s\n----\n",
-                static_cast<long long>(a.sample), tok ? "tokens" : "bytes", a.temperature,
-                static_cast<long long>(a.top_k),
-                tok ? sample_text(*tok, ids).c_str() : data::ByteTokenizer().decode(ids).c_str());
+  if (!x.lead()) return;
+  // Written whole: a byte-level sample may hold a 0 byte, where %s would stop.
+  const std::string text = tok ? sample_text(*tok, ids) : data::ByteTokenizer().decode(ids);
+  std::printf("---- sample (%lld %s, temperature %.2f, top-k %lld) ----\n", static_cast<long long>(a.sample),
+              tok ? "tokens" : "bytes", a.temperature, static_cast<long long>(a.top_k));
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::printf("\n----\n");
 }
 
 }  // namespace zdl::train_gpt

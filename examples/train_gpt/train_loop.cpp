@@ -116,7 +116,9 @@ bool after_step(Session& x, int64_t step, int stop_signal, io::Progress& progres
     return true;
   }
   if (step + 1 != a.stop_after) return false;
-  progress.message(detail::str("stopping after step ", step + 1, " (--stop-after)"));
+  progress.message(detail::str("stopping after step ", step + 1, " (--stop-after): ",
+                               a.save.empty() ? "nothing saved (no --save)"
+                                              : "checkpoint saved; --resume " + a.save + " continues"));
   return true;
 }
 

@@ -366,6 +366,13 @@ class TrainGptCli(unittest.TestCase):
             (["--eval-only", "--save", self.p("ck")], "--eval-only trains nothing"),
             (["--metrics-all-ranks"], "give --metrics FILE too"),
             (["--stop-after", "5"], "--stop-after 5 is beyond --steps 2"),
+            (["--save-every", "1"], "--save-every 1 saves checkpoints into --save DIR: give --save too"),
+            (["--eval-only", "--stop-after", "1"], "--stop-after applies to training, and --eval-only trains nothing"),
+            (["--top-k", "5"], "--top-k shapes the text of --sample N, and no sample is asked for"),
+            (["--temperature", "0.5"], "--temperature shapes the text of --sample N"),
+            (["--prompt", "the"], "--prompt shapes the text of --sample N"),
+            (["--nan-skip-limit", "3"], "--nan-skip-limit counts the steps --on-nan skip skips"),
+            (["--eval-batches", "7", "--eval-every", "0"], "--eval-batches sizes each validation"),
             # A model no machine holds: said at startup, before any allocation; a dtype train_gpt
             # does not train is refused as such (the memory floor is sized by the dtype, so it
             # comes second), not with a floor sized for f32.
@@ -423,6 +430,23 @@ class TrainGptCli(unittest.TestCase):
         p = run("--help")
         for default in ("--steps INT:POSITIVE=300", "--batch INT:POSITIVE=16", "--lr FLOAT:NONNEGATIVE=0.003"):
             self.assertIn(default, p.stdout)
+
+    def test_a_sample_with_zero_bytes_is_printed_whole(self):
+        # Bytes are tokens, 0 among them: the sample was printed with %s and stopped at the first
+        # 0 byte (318 of 20000 bytes reached stdout).
+        data = self.p("zeros.txt")
+        with open(data, "wb") as f:
+            f.write(b"a\x00b\x00" * 20000)
+        p = subprocess.run([TRAIN_GPT, "--data", data, *SMALL, "--lr", "1e-2", "--steps", "150", "--sample", "300",
+                            "--prompt", "a"], capture_output=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        head = b"---- sample (300 bytes, temperature 0.80, top-k 40) ----\n"
+        self.assertIn(head, p.stdout)
+        text = p.stdout.split(head, 1)[1]
+        self.assertTrue(text.endswith(b"\n----\n"), text[-40:])
+        sample = text[:-len(b"\n----\n")]
+        self.assertGreaterEqual(len(sample), 300)  # the prompt and 300 bytes
+        self.assertGreater(sample.count(b"\x00"), 50)
 
     def test_eval_only_samples_when_asked(self):
         # A checkpoint's loss and its text, without training it.
@@ -1045,7 +1069,9 @@ class TrainGptCli(unittest.TestCase):
                              "(DDP) all-reduces"),
                             (["--quantize-weights", "int8", "--zero-stage", "2"], "use --zero-stage 3"),
                             (["--ranks-per-node", "3"], "--ranks-per-node 3 must divide the number of ranks 4"),
-                            (["--shard-group", "2", "--zero-stage", "0"], "(DDP) shards nothing")]:
+                            (["--shard-group", "2", "--zero-stage", "0"], "(DDP) shards nothing"),
+                            # a group of all the ranks under DDP did nothing, silently
+                            (["--shard-group", "4", "--zero-stage", "0"], "(DDP) shards nothing")]:
             p = run(*common, "--batch", "16", *bad, check=False, ranks=4)
             self.assertEqual(p.returncode, 2, p.stderr)
             self.assertIn(needle, p.stderr)

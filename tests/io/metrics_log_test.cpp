@@ -47,9 +47,9 @@ TEST(MetricsLog, AppendsToACompleteFileAndStartsAnEmptyOne) {
   const std::string path = dir.path() + "/run.jsonl";
   for (int run = 0; run < 2; ++run) {
     MetricsLog log(path, /*rank=*/0, /*all_ranks=*/false);
-    log.write({{"run", run}});
+    log.write({{"type", "config"}, {"run", run}});
   }
-  EXPECT_EQ(lines_of(path), (std::vector<std::string>{"{\"run\":0}", "{\"run\":1}"}));
+  EXPECT_EQ(lines_of(path), (std::vector<std::string>{"{\"run\":0,\"type\":\"config\"}", "{\"run\":1,\"type\":\"config\"}"}));
 }
 
 std::string error_of_opening(const std::string& path) {
@@ -70,10 +70,13 @@ std::string contents(const std::string& path) {
 TEST(MetricsLog, RefusesToAppendToAFileThatIsNotAMetricsLog) {
   testing::TempDir dir;
   for (const std::string text : {"First Citizen:\nBefore we proceed any further, hear me speak.\n",
-                                 "{\n  \"step\": 4,\n  \"world\": 2\n}\n", "[1, 2]\n", "not json at all"}) {
+                                 "{\n  \"step\": 4,\n  \"world\": 2\n}\n", "[1, 2]\n", "not json at all",
+                                 // JSON-lines data and a results file: objects, but not a run's lines
+                                 "{\"prompt\": \"q0\"}\n{\"prompt\": \"q1\"}\n", "{\"model\": \"x\", \"acc\": 0.9}\n"}) {
     const std::string path = dir.path() + "/other.txt";
     std::ofstream(path, std::ios::binary) << text;
-    EXPECT_NE(error_of_opening(path).find("it exists and is not a metrics log (its first line is not a JSON object)"),
+    EXPECT_NE(error_of_opening(path).find("it exists and is not a metrics log (its first line is not a JSON object with "
+                                          "a \"type\" or a \"step\")"),
               std::string::npos)
         << text;
     EXPECT_EQ(contents(path), text);  // untouched
