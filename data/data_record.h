@@ -1,7 +1,7 @@
 // A run's record of the data it trains on, kept in its checkpoints' metadata, so that a resumed
 // run can refuse data that changed since, naming the file that did:
-//   "data"              JSON: the source as given, the format, and each file's path, tokens and
-//                       fingerprint, in reading order (data_record)
+//   "data"              JSON: the source as given, the format, and each file's absolute path,
+//                       tokens and fingerprint, in reading order (data_record)
 //   "data_fingerprint"  the fingerprint of all the files together (DataFingerprint::to_string)
 // A checkpoint from before token shards holds only "data_fingerprint", of its one file.
 //
@@ -30,7 +30,8 @@ std::string data_record(const TokenFiles& files, const std::vector<DataFingerpri
 std::vector<DataFingerprint> recorded_file_fingerprints(const Metadata& metadata);
 
 // Data of another size than the record's, said plainly (another number of files, a file shorter
-// or longer), before anything reads them. Throws zdl::Error; `named` is the source as the user
+// or longer; a file at another path than the record's is named as another file, not a changed
+// one), before anything reads them. Throws zdl::Error; `named` is the source as the user
 // gave it (e.g. "--data 'input.txt'").
 void check_sizes_match_record(const Metadata& metadata, const TokenFiles& files, const std::string& named);
 

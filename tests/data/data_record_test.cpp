@@ -70,6 +70,26 @@ TEST(DataRecord, ChangedBytesNameTheFile) {
   EXPECT_EQ(e.rfind("the data file '" + (dir / "a.txt") + "' changed since the checkpoint (saved size=11 fnv1a=", 0), 0u) << e;
 }
 
+// Another file than the checkpoint's, of another size or other bytes: named as another file. It
+// was "'b.txt' is longer than when the checkpoint was saved ...: it changed since the
+// checkpoint", about a file that never changed.
+TEST(DataRecord, AnotherFileIsNamedAsAnotherFileNotAChangedOne) {
+  TempDir dir;
+  dir.write("a.txt", "hello world");
+  const Metadata m = recorded(TokenFiles(dir / "a.txt"));
+  const std::string other = "' is not the one the checkpoint was trained on ('" + (dir / "a.txt") +
+                            "'); resume on the data the run was trained on (to start from its weights on other data: "
+                            "consolidate_checkpoint, then --init-from)";
+  dir.write("b.txt", "a longer file");
+  EXPECT_EQ(error_of([&] { check_sizes_match_record(m, TokenFiles(dir / "b.txt"), "--data 'b.txt'"); }),
+            "the data file '" + (dir / "b.txt") + other);
+  dir.write("c.txt", "HELLO WORLD");  // the same size
+  const TokenFiles c(dir / "c.txt");
+  EXPECT_EQ(error_of([&] { check_sizes_match_record(m, c, "--data 'c.txt'"); }), "");
+  EXPECT_EQ(error_of([&] { check_bytes_match_record(m, c, c.file_fingerprints(), "--data 'c.txt'"); }),
+            "the data file '" + (dir / "c.txt") + other);
+}
+
 TEST(DataRecord, AnotherNumberOfFilesNamesTheSource) {
   TempDir dir;
   dir.write("s_1.txt", "abc");
