@@ -228,7 +228,9 @@ std::vector<ExpectedTraffic> traffic_closed_form(ZeroStage stage, const std::vec
 
 BlockActivations block_activation_bytes(int64_t batch, int64_t seq, int64_t n_embd, int64_t n_head, int64_t s) {
   const int64_t tokens = batch * seq;
-  return {tokens * (17 * n_embd + n_head + 4) * s, tokens * n_embd * s};
+  // With one token or one head, [B, NH, T, HS] -> [B, T, C] is a view: no copy to keep.
+  const int64_t layout_copy = seq == 1 || n_head == 1 ? 0 : n_embd;
+  return {tokens * (16 * n_embd + layout_copy + n_head + 4) * s, tokens * n_embd * s};
 }
 
 int64_t checkpointing_saved_bytes(int64_t n_layer, int64_t batch, int64_t seq, int64_t n_embd, int64_t n_head, int64_t s) {

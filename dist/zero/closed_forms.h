@@ -181,7 +181,8 @@ int64_t quantized_gather_payload(int64_t padded_unit, int64_t K);
 // the ops: ln_1's output C, q k v in head-major copies 3C, the attention output C with its
 // log-sum-exp NH, the output back in [T, C] layout C, the residual sum C, ln_2's output C, c_fc's
 // output 4C and GELU's 4C, the block's output C, and two LayerNorms' mean and 1/std 4:
-//   per token (17 C + NH + 4) s.
+//   per token (17 C + NH + 4) s,
+// or (16 C + NH + 4) s with one token (T = 1) or one head, where the [T, C] layout is a view.
 // A block under activation checkpointing keeps its input alone, C s per token; its activations
 // exist again only while its backward recomputes it, one block at a time.
 struct BlockActivations {
@@ -193,6 +194,6 @@ BlockActivations block_activation_bytes(int64_t batch, int64_t seq, int64_t n_em
 // What checkpointing every one of n_layer blocks saves of the activations the forward keeps:
 // n_layer (kept - checkpointed), per rank for its `batch` rows.
 int64_t checkpointing_saved_bytes(int64_t n_layer, int64_t batch, int64_t seq, int64_t n_embd, int64_t n_head, int64_t s);
-inline constexpr const char* kCheckpointingSavedFormula = "L (16 C + NH + 4) (B/N) T s";
+inline constexpr const char* kCheckpointingSavedFormula = "L (16 C + NH + 4) (B/N) T s (15 C: T = 1 or NH = 1)";
 
 }  // namespace zdl::dist

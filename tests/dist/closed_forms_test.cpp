@@ -142,6 +142,9 @@ TEST(ClosedForms, CheckpointingSavesAllButTheBlocksInputs) {
   EXPECT_EQ(checkpointing_saved_bytes(3, 2, 8, 16, 2, 4), 3 * (16 * 16 + 2 + 4) * 2 * 8 * 4);
   const BlockActivations b = block_activation_bytes(2, 8, 16, 2, 4);
   EXPECT_EQ(checkpointing_saved_bytes(1, 2, 8, 16, 2, 4), b.kept - b.checkpointed);
+  // One token or one head: the attention output's [T, C] layout is a view, C less a token.
+  EXPECT_EQ(checkpointing_saved_bytes(3, 2, 1, 16, 2, 4), 3 * (15 * 16 + 2 + 4) * 2 * 1 * 4);
+  EXPECT_EQ(checkpointing_saved_bytes(3, 2, 8, 16, 1, 4), 3 * (15 * 16 + 1 + 4) * 2 * 8 * 4);
 }
 
 }  // namespace

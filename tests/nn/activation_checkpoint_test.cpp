@@ -206,12 +206,14 @@ TEST(ActivationCheckpoint, AForwardThatChangesShapeIsAClearError) {
 }
 
 // What forward keeps, and the peak of a training step, against the closed forms
-// (dist::block_activation_bytes): a plain block keeps (17 C + NH + 4) s per token, a
-// checkpointed one its input (C s); the peak with every block checkpointed is a one-block
-// model's peak plus the L saved inputs.
+// (dist::block_activation_bytes): a plain block keeps (17 C + NH + 4) s per token (16 C with one
+// token or one head, whose [T, C] layout is a view), a checkpointed one its input (C s); the peak
+// with every block checkpointed is a one-block model's peak plus the L saved inputs. (T = 1 and
+// NH = 1 failed zero_walkthrough's own check.)
 TEST(ActivationCheckpoint, ActivationMemoryFollowsTheClosedForms) {
-  const int64_t B = 2, T = 16;
-  for (auto [C, NH] : std::vector<std::array<int64_t, 2>>{{16, 2}, {24, 3}, {32, 4}}) {
+  const int64_t B = 2;
+  for (auto [C, NH, T] : std::vector<std::array<int64_t, 3>>{{16, 2, 16}, {24, 3, 16}, {32, 4, 16}, {16, 1, 16},
+                                                              {16, 2, 1}, {16, 1, 1}}) {
     const dist::BlockActivations form = dist::block_activation_bytes(B, T, C, NH, 4);
     std::array<std::array<int64_t, 5>, 2> kept{}, peak{};  // [checkpointed][L]
     for (int ck = 0; ck < 2; ++ck)
@@ -226,12 +228,12 @@ TEST(ActivationCheckpoint, ActivationMemoryFollowsTheClosedForms) {
         peak[ck][L] = memory_ledger().stats(Device::cpu()).peak_of(MemoryCategory::Activation) - base;
       }
     for (int64_t L = 2; L <= 4; ++L) {
-      EXPECT_EQ(kept[0][L] - kept[0][L - 1], form.kept) << "C=" << C << " NH=" << NH << " L=" << L;
-      EXPECT_EQ(kept[1][L] - kept[1][L - 1], form.checkpointed) << "C=" << C << " NH=" << NH << " L=" << L;
-      EXPECT_EQ(peak[0][L] - peak[0][L - 1], form.kept) << "C=" << C << " NH=" << NH << " L=" << L;
+      EXPECT_EQ(kept[0][L] - kept[0][L - 1], form.kept) << "C=" << C << " NH=" << NH << " T=" << T << " L=" << L;
+      EXPECT_EQ(kept[1][L] - kept[1][L - 1], form.checkpointed) << "C=" << C << " NH=" << NH << " T=" << T << " L=" << L;
+      EXPECT_EQ(peak[0][L] - peak[0][L - 1], form.kept) << "C=" << C << " NH=" << NH << " T=" << T << " L=" << L;
     }
     for (int64_t L = 1; L <= 4; ++L)
-      EXPECT_EQ(peak[1][L], peak[0][1] + L * form.checkpointed) << "C=" << C << " NH=" << NH << " L=" << L;
+      EXPECT_EQ(peak[1][L], peak[0][1] + L * form.checkpointed) << "C=" << C << " NH=" << NH << " T=" << T << " L=" << L;
   }
 }
 
