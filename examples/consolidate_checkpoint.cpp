@@ -8,7 +8,10 @@
 //   consolidate_checkpoint ckpt/latest hf_model/          # model.safetensors + config.json
 //
 // Exit codes: 0 done, 2 bad input (usage, missing/corrupted/foreign checkpoint), 1 anything else.
+#include <cctype>
 #include <cstdio>
+#include <filesystem>
+#include <string_view>
 #include <exception>
 #include <string>
 
@@ -18,6 +21,36 @@
 #include "io/gpt2_format.h"
 #include "io/hf_dir.h"
 #include "io/temporary_files.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// NAME.safetensors, in any case (x.SAFETENSORS is a file too, not a directory).
+bool is_safetensors_name(const std::string& out) {
+  constexpr std::string_view ext = ".safetensors";
+  if (out.size() < ext.size()) return false;
+  for (size_t i = 0; i < ext.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(out[out.size() - ext.size() + i])) != ext[i]) return false;
+  return true;
+}
+
+// OUT in the user's words, before the writers' own checks name their staging paths: not the
+// checkpoint or a path inside it, and in a directory that exists.
+void check_output_path(const std::string& ckpt, const std::string& out) {
+  std::error_code e1, e2;
+  const fs::path c = fs::weakly_canonical(ckpt, e1), o = fs::weakly_canonical(out, e2);
+  if (!e1 && !e2 && std::mismatch(c.begin(), c.end(), o.begin(), o.end()).first == c.end())
+    ZDL_CHECK(false, "OUT '", out, "' is ", c == o ? "the checkpoint directory" : "inside the checkpoint directory",
+              " CKPT_DIR '", ckpt, "': writing there would destroy the checkpoint; choose a path outside it");
+  fs::path named = fs::path(out).lexically_normal();
+  if (named.filename().empty()) named = named.parent_path();  // "hf_model/" names hf_model
+  const fs::path parent = named.parent_path();
+  ZDL_CHECK(parent.empty() || fs::is_directory(parent), "the directory '", parent.string(), "' of OUT '", out,
+            "' does not exist");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const bool help = argc == 2 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help");
@@ -38,7 +71,8 @@ int main(int argc, char** argv) {
   const std::string ckpt = argv[1], out = argv[2];
   try {
     const zdl::io::TrainState st = zdl::dist::read_sharded_train_state(ckpt);
-    if (out.ends_with(".safetensors")) {
+    check_output_path(ckpt, out);
+    if (is_safetensors_name(out)) {
       zdl::dist::consolidate_sharded(ckpt, out);
       std::printf("wrote %s (step %lld)\n", out.c_str(), static_cast<long long>(st.step));
       return 0;

@@ -256,6 +256,19 @@ class TrainGptCli(unittest.TestCase):
         p = subprocess.run([consolidate, ck, os.path.join(ck, "sub", "hf")], capture_output=True, text=True, timeout=120)
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertFalse(os.path.exists(os.path.join(ck, "sub")))  # no parent is created
+        # The checkpoint itself as OUT, and OUT in a missing directory: said in the user's paths (it
+        # named a staging directory '.ck.saving' as the input, and a temporary file).
+        for out, says in ((ck, f"OUT '{ck}' is the checkpoint directory CKPT_DIR '{ck}'"),
+                          (ck + "/", f"OUT '{ck}/' is the checkpoint directory"),
+                          (self.p("nodir/m.safetensors"), f"the directory '{self.p('nodir')}' of OUT")):
+            p = subprocess.run([consolidate, ck, out], capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(says, p.stderr)
+            self.assertNotIn(".saving", p.stderr)
+        # NAME.SAFETENSORS is a file, in any case (it was written as a directory).
+        p = subprocess.run([consolidate, ck, self.p("upper.SAFETENSORS")], capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(os.path.isfile(self.p("upper.SAFETENSORS")))
         p = subprocess.run([consolidate, ck, self.p("hf_slash") + "/"], capture_output=True, text=True, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(sorted(os.listdir(self.p("hf_slash"))), ["config.json", "model.safetensors"])
