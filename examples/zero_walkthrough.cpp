@@ -133,6 +133,10 @@ int run(const Args& a, dist::Communicator& comm) {
                            (ec ? ": " + ec.message() : std::string(": a file is in the way")));
     if (const std::string why = io::unwritable_reason(a.out); !why.empty())
       throw io::UsageError("--out: the directory '" + a.out + "' is not writable (" + why + ")");
+    // An earlier run's CSVs for this N go: a kind this run does not write (fit_ without the cap
+    // experiment) would otherwise be drawn with this run's as one run's.
+    for (const char* kind : {"memory", "traffic", "steps", "trace", "checkpoint", "fit"})
+      std::filesystem::remove(std::filesystem::path(a.out) / (kind + rep.suffix()), ec);
   });
   Walkthrough w(a, comm, rep.dtype, data::default_corpus_file());
   rep.say(detail::str("zerodl ZeRO walkthrough: GPT L=", a.n_layer, " C=", a.n_embd, " NH=", a.n_head, " T=", a.seq,

@@ -24,9 +24,24 @@ def fail(message):
     sys.exit(2)
 
 
+def is_number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def usable(j, value):
+    """A step or eval line as drawn: `step` and `value` numbers; tokens/s and memory values that
+    are not numbers (or a `mem` that is not an object) are left out rather than drawn."""
+    if not (is_number(j.get("step")) and is_number(j.get(value))):
+        return None
+    mem = j.get("mem")
+    return dict(j, tokens_per_s=j["tokens_per_s"] if is_number(j.get("tokens_per_s")) else None,
+                mem={k: v for k, v in mem.items() if is_number(v)} if isinstance(mem, dict) else {})
+
+
 def read(path):
     """The step and eval lines of a metrics file, and the numbers of the lines that are not JSON
-    objects (a line a crash cut short). Raises OSError if the file cannot be read."""
+    objects (a line a crash cut short) or whose step, loss or val_loss is not a number. Raises
+    OSError if the file cannot be read."""
     steps, evals, skipped = [], [], []
     with open(path, encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, 1):
@@ -37,10 +52,15 @@ def read(path):
             if not isinstance(j, dict):
                 if line.strip():
                     skipped.append(n)
-            elif "loss" in j and "step" in j:
-                steps.append(j)
-            elif "val_loss" in j and "step" in j:
-                evals.append(j)
+                continue
+            kind = "loss" if "loss" in j and "step" in j else "val_loss" if "val_loss" in j and "step" in j else None
+            if kind is None:
+                continue
+            line_used = usable(j, kind)
+            if line_used is None:
+                skipped.append(n)
+            else:
+                (steps if kind == "loss" else evals).append(line_used)
     return steps, evals, skipped
 
 
@@ -65,8 +85,8 @@ def main():
             fail(f"{path} has no step lines, nothing to draw (is it a train_gpt --metrics file?)")
         if skipped:
             where = f"line {skipped[0]}" if len(skipped) == 1 else f"{len(skipped)} lines from line {skipped[0]}"
-            print(f"plot_metrics: warning: {path}: skipped {where}, not complete JSON (cut short by a crash?)",
-                  file=sys.stderr)
+            print(f"plot_metrics: warning: {path}: skipped {where}, not complete JSON (cut short by a crash?) "
+                  "or with a step, loss or val_loss that is not a number", file=sys.stderr)
         runs.append((os.path.basename(path), steps, evals))
 
     fig, (ax_loss, ax_tok, ax_mem) = plt.subplots(1, 3, figsize=(15, 4.2))
@@ -75,9 +95,9 @@ def main():
         if evals:
             ax_loss.plot([e["step"] for e in evals], [e["val_loss"] for e in evals], "o--", color=line.get_color(),
                          label=f"{name} val")
-        ax_tok.plot([s["step"] for s in steps], [s.get("tokens_per_s", 0) for s in steps], lw=1, label=name)
+        ax_tok.plot([s["step"] for s in steps], [s["tokens_per_s"] or 0 for s in steps], lw=1, label=name)
         for k in MEMORY:
-            values = [s.get("mem", {}).get(k) for s in steps]
+            values = [s["mem"].get(k) for s in steps]
             if any(v for v in values):
                 ax_mem.plot([s["step"] for s in steps], [(v or 0) / 2**20 for v in values], lw=1,
                             label=f"{name} {k}" if len(runs) > 1 else k)

@@ -51,20 +51,48 @@ def read_csv(path):
         return list(csv.DictReader(f))
 
 
+def fail(message):
+    """Bad input: one line on stderr and exit status 2, never a traceback."""
+    print(f"plot_walkthrough: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def by_n(out, name):
     """{N: rows} for every OUT/<name>_n<N>.csv."""
     found = {}
     for p in glob.glob(os.path.join(out, f"{name}_n*.csv")):
         m = re.search(r"_n(\d+)\.csv$", p)
         if m:
-            found[int(m.group(1))] = read_csv(p)
+            rows = read_csv(p)
+            if not rows:
+                fail(f"{p} holds no rows (not a zero_walkthrough CSV, or a run cut short): rerun, or remove it")
+            found[int(m.group(1))] = rows
     return dict(sorted(found.items()))
+
+
+def check_one_run(out):
+    """The CSVs of every N must come from runs of one model and dtype (and one memory cap): each
+    run replaces its own N's files, but files of other N from an earlier run with other flags
+    stay in OUT, and drawn together they would mix two models in one picture."""
+    for name, keys in (("memory", ("psi", "dtype")), ("fit", ("cap", "dtype"))):
+        seen = {}
+        for n, rows in by_n(out, name).items():
+            missing = [k for k in keys if k not in rows[0]]
+            if missing:
+                fail(f"{out}/{name}_n{n}.csv has no column '{missing[0]}': not a zero_walkthrough CSV of this version")
+            seen[n] = tuple(rows[0][k] for k in keys)
+        if len(set(seen.values())) > 1:
+            what = ", ".join(f"N={n}: {'/'.join(f'{k} {v}' for k, v in zip(keys, vals))}" for n, vals in seen.items())
+            fail(f"the {name} CSVs in {out} come from different runs ({what}): rerun every N with the same flags "
+                 f"(--run), or draw from another --out")
 
 
 def run_all(build, out, ranks, extra):
     exe = os.path.join(build, "examples", "zero_walkthrough")
     if not os.path.exists(exe):
         sys.exit(f"plot_walkthrough: no {exe}; build it first (bash scripts/build.sh {build})")
+    if os.path.exists(out) and not os.path.isdir(out):
+        fail(f"--out {out} is a file, not a directory")
     os.makedirs(out, exist_ok=True)
     env = dict(os.environ)  # the example gives each rank its share of the cores
     # OpenMPI refuses root and oversubscription unless told; MPICH ignores these.
@@ -383,6 +411,8 @@ def main():
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4, 8], help="N values for --run")
     ap.add_argument("extra", nargs="*", help="flags passed to zero_walkthrough after --, e.g. -- --dtype bf16")
     a = ap.parse_args()
+    if any(n < 1 for n in a.ranks):
+        fail(f"--ranks takes numbers of ranks, 1 or more (got {' '.join(map(str, a.ranks))})")
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -391,8 +421,12 @@ def main():
         sys.exit("plot_walkthrough: matplotlib is missing: apt-get install python3-matplotlib (scripts/setup.sh)")
     if a.run:
         run_all(a.run, a.out, a.ranks, a.extra)
-    made = [p for p in (plot_memory(a.out, plt), plot_memory_step(a.out, plt), plot_timeline(a.out, plt),
-                        plot_largest(a.out, plt)) if p]
+    check_one_run(a.out)
+    try:
+        made = [p for p in (plot_memory(a.out, plt), plot_memory_step(a.out, plt), plot_timeline(a.out, plt),
+                            plot_largest(a.out, plt)) if p]
+    except (KeyError, ValueError, IndexError) as e:  # a CSV with other columns or values
+        fail(f"the CSVs in {a.out} are not zero_walkthrough's of this version ({type(e).__name__}: {e})")
     if not made:
         sys.exit(f"plot_walkthrough: no zero_walkthrough CSVs in {a.out} (run with --run BUILD_DIR)")
     for p in made:

@@ -85,6 +85,21 @@ class PlotMetrics(unittest.TestCase):
         with open(out, "rb") as f:
             self.assertEqual(f.read(8), PNG)
 
+    def test_fields_of_the_wrong_type_are_left_out_not_a_traceback(self):
+        # "mem": [1, 2] raised AttributeError, "mem": {"param": "12"} TypeError.
+        lines = ['{"type": "config"}', '{"step": 1, "loss": 3.0, "mem": [1, 2]}',
+                 '{"step": 2, "loss": 2.9, "mem": {"param": "12", "grad": 1048576}, "tokens_per_s": "fast"}',
+                 '{"step": "3", "loss": 2.8}', '{"step": 4, "loss": null}', '{"step": 4, "loss": 2.7}']
+        odd, out = self.write("odd.jsonl", "\n".join(lines) + "\n"), self.p("odd.png")
+        p = self.plot(odd, "--out", out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+        self.assertIn(f"{odd}: skipped 2 lines from line 4,", p.stderr)
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(8), PNG)
+        only_bad = self.write("only_bad.jsonl", '{"step": "1", "loss": "2"}\n')
+        self.assertRefused(self.plot(only_bad, "--out", self.p("bad.png")), only_bad, "has no step lines")
+
     def test_bad_metrics_files_exit_2_naming_the_file(self):
         good = self.write("good.jsonl", metrics_lines(3))
         cases = [
