@@ -49,6 +49,13 @@ std::string data_record(const TokenFiles& files, const std::vector<DataFingerpri
   return json{{"source", files.source()}, {"format", format_name(files.format())}, {"files", list}}.dump();
 }
 
+std::string recorded_format(const Metadata& metadata) {
+  const auto it = metadata.find(kDataRecordKey);
+  if (it == metadata.end()) return "";
+  const json record = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  return record.is_object() ? record.value("format", std::string()) : "";
+}
+
 std::vector<DataFingerprint> recorded_file_fingerprints(const Metadata& metadata) {
   std::vector<DataFingerprint> saved;
   try {

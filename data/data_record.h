@@ -29,6 +29,9 @@ std::string data_record(const TokenFiles& files, const std::vector<DataFingerpri
 // record, or its one file's; none if it has neither. Throws zdl::Error if the record is unreadable.
 std::vector<DataFingerprint> recorded_file_fingerprints(const Metadata& metadata);
 
+// The format the record's data had ("bytes", "llm.c"); "" when the record has none.
+std::string recorded_format(const Metadata& metadata);
+
 // Data of another size than the record's, said plainly (another number of files, a file shorter
 // or longer; a file at another path than the record's is named as another file, not a changed
 // one), before anything reads them. Throws zdl::Error; `named` is the source as the user

@@ -257,6 +257,9 @@ int run(const Args& args, const CLI::App& app, dist::Communicator& comm) {
   // ---- a checkpoint's states: weights and Adam moments; the step fixes data and dropout ----
   const int64_t first_step = s.resumed ? resume(x) : 0;
   if (a.eval_only) {  // the weights (a checkpoint's, a GPT-2 file's or fresh ones) on any data
+    if (x.lead() && !s.resumed && a.init_from.empty())
+      std::fprintf(stderr, "train_gpt: note: --eval-only without --resume or --init-from scores a freshly initialized "
+                           "model (--seed %llu)\n", static_cast<unsigned long long>(a.seed));
     const auto [loss, batches] = evaluate(x, data::Split::Train, a.eval_batches);
     if (x.lead()) std::printf("loss %.6f\n", loss);
     s.metrics->write({{"type", "eval"}, {"loss", loss}, {"batches", batches}});

@@ -230,6 +230,15 @@ void check_model(Args& a, const CLI::App& app, Setup& s, const data::TokenFiles&
 
 // The dataset over this rank's rows; a resumed run's data must have the checkpoint's sizes.
 void open_dataset(const Args& a, Setup& s, data::TokenFiles files, const dist::Communicator& comm) {
+  // Scored on other data, a checkpoint's model still reads tokens of its own kind: text's bytes
+  // are not ids of a model trained on token shards (nor the reverse).
+  if (s.resumed && a.eval_only) {
+    const std::string then = data::recorded_format(s.resumed->metadata), now = data::format_name(files.format());
+    if (!then.empty() && then != now)
+      throw UsageError(detail::str("--eval-only: the checkpoint '", a.resume, "' was trained on ", then, " data, and --data '",
+                                   files.source(), "' is ", now, ": its tokens would not be the model's; score it on ",
+                                   then, " data"));
+  }
   if (s.resumed && !a.eval_only) {
     try {
       data::check_sizes_match_record(s.resumed->metadata, files, "--data '" + files.source() + "'");

@@ -467,6 +467,8 @@ class TrainGptCli(unittest.TestCase):
         p = subprocess.run([TRAIN_GPT, "--data", self.data, *SMALL, "--steps", "2", "--eval-only", "--sample", "30"],
                            capture_output=True, text=True, errors="replace", timeout=120)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        # No weights given: said, since the loss alone looks like any model's.
+        self.assertIn("--eval-only without --resume or --init-from scores a freshly initialized model", p.stderr)
         self.assertRegex(p.stdout, r"loss \d")
         self.assertIn("---- sample (30 bytes", p.stdout)
 
@@ -745,6 +747,10 @@ class TrainGptCli(unittest.TestCase):
         for s in range(5, 9):
             self.assertEqual(straight[s], resumed[s], f"step {s}: {straight[s]} != {resumed[s]}")
         self.assertLess(straight[8], straight[1] - 0.5, straight)
+        # Scored on text, this token model read the text's bytes as its ids and printed a loss.
+        p = run("--resume", self.p("ck"), "--data", self.data, "--eval-only", check=False)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("was trained on llm.c data, and --data", p.stderr)
 
         # Samples decode with either format to the same text: the prompt, then mostly the text's words
         # (8 steps in, a byte the data never hold can still come up).
