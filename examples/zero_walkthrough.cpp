@@ -37,6 +37,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <span>
@@ -96,6 +97,15 @@ std::vector<StageRun> run_stages(const Args& a, Walkthrough& w, const Report& re
     if (rep.lead)
       std::printf("  ran %-6s: %lld steps in %.1f s\n", dist::stage_title(st), static_cast<long long>(a.steps),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+    // A diverged run (a NaN loss, its step skipped) would fail the tables' checks for reasons they
+    // cannot name, and NaN compares as "identical": said here, once, by every rank alike (the
+    // losses are the ranks' mean).
+    const std::vector<double>& losses = runs.back().losses;
+    for (size_t s = 0; s < losses.size(); ++s)
+      if (!std::isfinite(losses[s]))
+        throw io::CollectiveStop(detail::str("the loss is not finite (", losses[s], ") at step ", s + 1, " of ",
+                                             dist::stage_title(st), ": the run diverged (is --lr ", a.lr,
+                                             " too high?); the tables compare finite runs only"));
   }
   if (a.compare_prefetch && a.prefetch > 0) runs.push_back(w.run_stage(ZeroStage::Three, 0));
   return runs;

@@ -223,6 +223,14 @@ def main():
                                      timeout=60)
                 expect(res.returncode == 2 and needle in res.stdout and "ran DDP" not in res.stdout,
                        f"{args}: exit {res.returncode}, output {res.stdout[-300:]!r}")
+            # A diverging run: said once, as such (its NaN losses were called "identical", and the
+            # skipped step failed a traffic check for no reason it gave).
+            res = subprocess.run([a.exe, "--out", out, "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq", "16",
+                                  "--batch", "4", "--cap-mib", "0", "--lr", "1e30"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, timeout=120)
+            expect(res.returncode == 1 and "the run diverged (is --lr 1e+30 too high?)" in res.stdout
+                   and "CHECK FAILED" not in res.stdout and "identical" not in res.stdout,
+                   f"--lr 1e30: exit {res.returncode}, output {res.stdout[-600:]!r}")
     for f in failures:
         print("FAILED:", f)
     print(f"zero_walkthrough_test: {len(failures)} failure(s)")
