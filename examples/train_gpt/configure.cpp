@@ -179,6 +179,9 @@ void check_model(Args& a, const CLI::App& app, Setup& s, const data::TokenFiles&
     throw UsageError(detail::str("--activation-checkpointing ", a.activation_checkpointing, " exceeds the model's ",
                                  s.cfg.n_layer, " layers: K checkpoints blocks 0, K, 2K, ...; give 1 to ",
                                  s.cfg.n_layer, " (", s.cfg.n_layer, ": block 0 only), or 0 for none"));
+  // A model from a file fixes the context: the default --seq follows it down (it was refused as
+  // "--seq 64 exceeds the model's context length 16" for a --seq nobody gave).
+  if (!a.init_from.empty() && !given(app, "--seq") && a.seq > s.cfg.block_size) a.seq = s.cfg.block_size;
   if (a.seq > s.cfg.block_size)
     throw UsageError(detail::str("--seq ", a.seq, " exceeds the model's context length ", s.cfg.block_size,
                                  s.resumed ? " (the checkpoint's model)" : !a.init_from.empty() ? " (the --init-from file's)" : ""));

@@ -228,6 +228,11 @@ class TrainGptCli(unittest.TestCase):
         self.assertIn("step 5", p.stdout)
         from_ck = run("--resume", ck, "--data", self.data, *SMALL, "--eval-only", "--eval-batches", "4").stdout
         from_file = run("--init-from", out, "--data", self.data, *SMALL, "--eval-only", "--eval-batches", "4").stdout
+        # Without --seq the file's context (16) is the default: it was "--seq 64 exceeds the model's
+        # context length 16", a --seq nobody gave.
+        no_seq = [f for i, f in enumerate(SMALL) if "--seq" not in SMALL[max(0, i - 1):i + 1]]
+        self.assertEqual(run("--init-from", out, "--data", self.data, *no_seq, "--eval-only", "--eval-batches",
+                             "4").stdout, from_file)
         fresh = run("--data", self.data, *SMALL, "--eval-only", "--eval-batches", "4").stdout
         self.assertEqual(from_file, from_ck)  # the same weights: the same loss, to the printed digit
         self.assertNotEqual(from_file, fresh)
