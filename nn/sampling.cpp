@@ -45,6 +45,7 @@ std::vector<int64_t> generate(GPT& model, std::vector<int64_t> ids, const Sample
       }
     }
     ids.push_back(pick);
+    if (o.on_token) o.on_token(pick);
   }
   model.train(was_training);
   return ids;

@@ -35,16 +35,27 @@ std::vector<int64_t> prompt_ids(const Args& a, const CLI::App& app, const std::o
 void print_sample(Session& x, const CLI::App& app) {
   const Args& a = x.a;
   const std::optional<data::BpeTokenizer>& tok = x.s.tok;
-  auto ids = nn::generate(x.model, prompt_ids(a, app, tok),
-                          {.max_new_tokens = a.sample, .temperature = a.temperature, .top_k = a.top_k, .seed = a.seed});
-  if (tok && tok->eot_id()) ids.erase(ids.begin());
-  if (!x.lead()) return;
-  // Written whole: a byte-level sample may hold a 0 byte, where %s would stop.
-  const std::string text = tok ? sample_text(*tok, ids) : data::ByteTokenizer().decode(ids);
-  std::printf("---- sample (%lld %s, temperature %.2f, top-k %lld) ----\n", static_cast<long long>(a.sample),
-              tok ? "tokens" : "bytes", a.temperature, static_cast<long long>(a.top_k));
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::printf("\n----\n");
+  // The text of ids, written whole (a byte-level sample may hold a 0 byte, where %s would stop).
+  auto write = [&](const std::vector<int64_t>& ids) {
+    const std::string text = tok ? sample_text(*tok, ids) : data::ByteTokenizer().decode(ids);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  };
+  std::vector<int64_t> prompt = prompt_ids(a, app, tok);
+  if (x.lead()) {
+    std::printf("---- sample (%lld %s, temperature %.2f, top-k %lld) ----\n", static_cast<long long>(a.sample),
+                tok ? "tokens" : "bytes", a.temperature, static_cast<long long>(a.top_k));
+    // The prompt, then each token as it is drawn: a long sample shows its progress.
+    write(tok && tok->eot_id() ? std::vector<int64_t>(prompt.begin() + 1, prompt.end()) : prompt);
+    std::fflush(stdout);
+  }
+  nn::generate(x.model, std::move(prompt),
+               {.max_new_tokens = a.sample, .temperature = a.temperature, .top_k = a.top_k, .seed = a.seed,
+                .on_token = [&](int64_t id) {
+                  if (!x.lead()) return;
+                  write({id});
+                  std::fflush(stdout);
+                }});
+  if (x.lead()) std::printf("\n----\n");
 }
 
 }  // namespace zdl::train_gpt
