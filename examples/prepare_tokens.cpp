@@ -328,7 +328,7 @@ int main(int argc, char** argv) {
                  "GPT-2's tokenizer files: a directory with encoder.json and vocab.bpe, or a .tiktoken file")
       ->required();
   app.add_option("--output", a.output,
-                 "prefix of the shards: PREFIX_val_000000.bin, PREFIX_train_000001.bin, ... (its directory must exist)")
+                 "prefix of the shards: PREFIX_val_000000.bin, PREFIX_train_000001.bin, ... (its directory is made if missing)")
       ->required();
   app.add_option("--shard-tokens", a.shard_tokens, "tokens per training shard at most (llm.c: 100M)")
       ->check(CLI::Range(int64_t{1}, int64_t{INT32_MAX}));

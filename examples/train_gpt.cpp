@@ -108,7 +108,8 @@ void add_output_flags(CLI::App& app, Args& a) {
   app.add_option("--top-k", a.top_k, "sample among the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
   app.add_option("--metrics", a.metrics, "append a JSON line per step (and config, eval lines) to this file");
   app.add_flag("--metrics-all-ranks", a.metrics_all_ranks,
-               "every rank writes its own metrics file (FILE with .rank<r> before the extension)");
+               "every rank writes its own metrics file (rank 0 FILE, rank r > 0 FILE with .rank<r> before the "
+               "extension)");
 }
 
 // ZeRO, precision, memory and failure handling.
