@@ -17,6 +17,15 @@ using io::UsageError;
 
 namespace {
 
+// The model's padded vocabulary comes with it (a checkpoint's, a file's): --vocab-multiple must
+// give the same, or it would be silently ignored.
+void check_vocab_multiple(const Args& a, const CLI::App& app, const nn::GPTConfig& cfg, const std::string& whose) {
+  if (given(app, "--vocab-multiple") &&
+      (a.vocab_multiple > 1 ? data::padded_vocab(cfg.vocab_size, a.vocab_multiple) : cfg.vocab_size) != cfg.padded_vocab())
+    throw UsageError(detail::str("--vocab-multiple ", a.vocab_multiple, " does not give the padded vocabulary ",
+                                 cfg.padded_vocab(), " of ", whose, " (the model keeps it; drop the flag)"));
+}
+
 // The checkpoint's model (its train state read by read_checkpoint_state); its seed becomes the
 // run's.
 nn::GPTConfig config_of_checkpoint(Args& a, const CLI::App& app, const std::optional<io::TrainState>& resumed) {
@@ -46,10 +55,7 @@ nn::GPTConfig config_of_checkpoint(Args& a, const CLI::App& app, const std::opti
   check_flag("--n-embd", a.n_embd, cfg.n_embd);
   check_flag("--dropout", a.dropout, cfg.dropout);
   check_flag("--vocab-size", a.vocab_size, cfg.vocab_size);
-  if (given(app, "--vocab-multiple") &&
-      (a.vocab_multiple > 1 ? data::padded_vocab(cfg.vocab_size, a.vocab_multiple) : cfg.vocab_size) != cfg.padded_vocab())
-    throw UsageError(detail::str("--vocab-multiple ", a.vocab_multiple, " does not give the checkpoint's padded vocabulary ",
-                                 cfg.padded_vocab(), " ('", a.resume, "'; drop the flag)"));
+  check_vocab_multiple(a, app, cfg, "the checkpoint '" + a.resume + "'");
   return cfg;
 }
 
@@ -86,6 +92,7 @@ nn::GPTConfig config_of_gpt2_file(Args& a, const CLI::App& app) {
   check_flag("--n-layer", a.n_layer, cfg.n_layer);
   check_flag("--n-embd", a.n_embd, cfg.n_embd);
   check_flag("--vocab-size", a.vocab_size, cfg.vocab_size);
+  check_vocab_multiple(a, app, cfg, source);  // it was ignored here
   return cfg;
 }
 

@@ -233,6 +233,11 @@ class TrainGptCli(unittest.TestCase):
         no_seq = [f for i, f in enumerate(SMALL) if "--seq" not in SMALL[max(0, i - 1):i + 1]]
         self.assertEqual(run("--init-from", out, "--data", self.data, *no_seq, "--eval-only", "--eval-batches",
                              "4").stdout, from_file)
+        # --vocab-multiple against the file's padded vocabulary (256): it was ignored, as --resume refuses it.
+        p = run("--init-from", out, "--data", self.data, *SMALL, "--eval-only", "--vocab-multiple", "100", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--vocab-multiple 100 does not give the padded vocabulary 256 of", p.stderr)
+        run("--init-from", out, "--data", self.data, *SMALL, "--eval-only", "--vocab-multiple", "128")
         fresh = run("--data", self.data, *SMALL, "--eval-only", "--eval-batches", "4").stdout
         self.assertEqual(from_file, from_ck)  # the same weights: the same loss, to the printed digit
         self.assertNotEqual(from_file, fresh)
