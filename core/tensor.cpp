@@ -19,8 +19,11 @@
 namespace zdl {
 
 int64_t numel_of(const Shape& shape) {
+  // Checked: a shape whose product overflows (1<<62 x 3) gave a negative count, or a wrapped one
+  // (1<<32 x 1<<32 gave 0) over a storage too small for it.
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape)
+    ZDL_CHECK(!__builtin_mul_overflow(n, s, &n), "shape=", shape_str(shape), " has more elements than 64 bits count");
   return n;
 }
 
@@ -37,7 +40,9 @@ Shape contiguous_strides(const Shape& shape) {
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t s : shape) ZDL_CHECK(s >= 0, "Tensor::empty: negative size in shape=", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
-  size_t bytes = static_cast<size_t>(numel_of(shape)) * element_size(dtype);
+  size_t bytes = 0;
+  ZDL_CHECK(!__builtin_mul_overflow(static_cast<size_t>(numel_of(shape)), element_size(dtype), &bytes), "shape=",
+            shape_str(shape), " of ", dtype_name(dtype), " has more bytes than 64 bits count");
   impl->storage = std::make_shared<StorageImpl>(bytes, device, current_memory_category());
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
@@ -224,8 +229,9 @@ Tensor Tensor::rand(const Shape& shape, uint64_t seed, DType dtype, Device devic
 int64_t Tensor::wrap_dim(int64_t d) const {
   int64_t n = dim();
   int64_t w = d < 0 ? d + n : d;
-  ZDL_CHECK(w >= 0 && w < std::max<int64_t>(n, 1), "dimension ", d, " out of range for a ", n,
-            "-d tensor of shape=", shape_str(shape()), label_suffix());
+  // A 0-d tensor has no dimension to name (dimension 0 of it used to read past its empty shape).
+  ZDL_CHECK(w >= 0 && w < n, "dimension ", d, " out of range for a ", n, "-d tensor of shape=", shape_str(shape()),
+            label_suffix());
   return w;
 }
 

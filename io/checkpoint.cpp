@@ -100,6 +100,14 @@ void save_checkpoint_impl(const std::string& dir, const nn::Module& model, const
   }
   for (auto& [n, t] : optimizer.state()) tensors.emplace_back(kOptimPrefix + n, t);
 
+  // A save replaces `dir` whole: a file there (it was deleted), the working directory or one
+  // above it ("", ".", "/": their entries were linked into the staging directory), or a
+  // directory that is not a checkpoint is refused before anything is written.
+  try {
+    check_checkpoint_destination(dir, kManifestFile);
+  } catch (const Error& e) {
+    throw Error("save_checkpoint('" + dir + "'): " + without_code_location(e.what()));
+  }
   prepare_staging(dir);
   const std::string saving = checkpoint_sibling(dir, ".saving");
 

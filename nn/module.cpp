@@ -65,6 +65,18 @@ void Module::register_module_impl(const std::string& name, const std::shared_ptr
   check_name(name, "module");
   ZDL_CHECK(child != nullptr, type_name_, ": module '", name, "' is null");
   ZDL_CHECK(child.get() != this, type_name_, ": a module cannot be its own child");
+  // Nor its own descendant: a cycle (a -> b -> a) made every walk of the tree (named_parameters,
+  // train(), rename_tree) recurse until the stack overflowed.
+  std::vector<const Module*> stack{child.get()};
+  while (!stack.empty()) {
+    const Module* m = stack.back();
+    stack.pop_back();
+    for (const auto& [n, c] : m->children_) {
+      ZDL_CHECK(c.get() != this, type_name_, ": module '", name, "' (", child->type_name(),
+                ") holds this module among its descendants; registering it would make a cycle");
+      stack.push_back(c.get());
+    }
+  }
   child->rename_tree(full_prefix_ + name + ".");
   children_.emplace_back(name, child);
 }

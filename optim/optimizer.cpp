@@ -10,7 +10,9 @@ namespace zdl::optim {
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
   ZDL_CHECK(!groups_.empty(), "optimizer: no parameter groups given");
+  std::map<std::pair<const void*, int64_t>, std::string> seen;  // each parameter (storage, offset) once
   for (auto& g : groups_) {
+    ZDL_CHECK(std::isfinite(g.weight_decay), "optimizer: group '", g.name, "' has weight decay ", g.weight_decay);
     std::vector<int64_t> offs;
     int64_t at = 0;
     for (auto& p : g.params) {
@@ -20,12 +22,29 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
       ZDL_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::F64, "optimizer: parameter '", p.name(),
                 "' has dtype ", dtype_name(p.dtype()), "; masters must be f32 (or f64 for checks)");
       ZDL_CHECK(p.dtype() == g.params[0].dtype(), "optimizer: group '", g.name, "' mixes dtypes");
+      // The update walks numel() elements from data(): a strided view (a slice with a step) would
+      // have its neighbours updated instead, and a parameter listed twice would be updated twice.
+      ZDL_CHECK(p.is_contiguous(), "optimizer: parameter '", p.name(), "' of shape=", shape_str(p.shape()),
+                " is not contiguous; give the optimizer the tensor it views, or a contiguous copy");
+      const auto [it, fresh] = seen.emplace(std::make_pair(static_cast<const void*>(p.storage().get()), p.offset()), g.name);
+      ZDL_CHECK(fresh, "optimizer: parameter '", p.name(), "' is listed twice, in group '", it->second,
+                "' and in group '", g.name, "'; list each parameter once");
       offs.push_back(at);
       at += p.numel();
     }
     offsets_.push_back(std::move(offs));
     flat_.emplace_back();
   }
+}
+
+void check_grad_scale(double grad_scale, const char* who) {
+  ZDL_CHECK(std::isfinite(grad_scale) && grad_scale >= 0, who, ": grad_scale must be a finite number >= 0, got ",
+            grad_scale, " (it multiplies every gradient: NaN would make every parameter NaN)");
+}
+
+void Optimizer::set_lr(double lr) {
+  ZDL_CHECK(std::isfinite(lr) && lr >= 0, "optimizer: lr must be a finite number >= 0, got ", lr);
+  lr_ = lr;
 }
 
 void Optimizer::add_state_kind(const std::string& kind) {
@@ -97,6 +116,7 @@ AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o) : Optimizer(
 }
 
 void AdamW::step(double grad_scale) {
+  check_grad_scale(grad_scale, "AdamW::step");
   NoGradGuard ng;
   ++step_;
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -126,6 +146,7 @@ SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& o) : Optimizer(std::m
 }
 
 void SGD::step(double grad_scale) {
+  check_grad_scale(grad_scale, "SGD::step");
   NoGradGuard ng;
   ++step_;
   for (size_t g = 0; g < groups_.size(); ++g) {

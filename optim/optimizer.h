@@ -21,6 +21,9 @@ struct ParamGroup {
   double weight_decay = 0.0;
 };
 
+// Throws unless grad_scale (what a step multiplies every gradient by) is a finite number >= 0.
+void check_grad_scale(double grad_scale, const char* who);
+
 class Optimizer {
  public:
   explicit Optimizer(std::vector<ParamGroup> groups);
@@ -33,7 +36,8 @@ class Optimizer {
   void zero_grad();
 
   double lr() const { return lr_; }
-  void set_lr(double lr) { lr_ = lr; }
+  // Throws unless lr is a finite number >= 0 (NaN turned every parameter into NaN).
+  void set_lr(double lr);
   int64_t step_count() const { return step_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
 

@@ -25,6 +25,11 @@ namespace {
 
 // Normalized, sorted, unique reduction dims.
 std::vector<int64_t> normalize_dims(const Tensor& a, const std::vector<int64_t>& dims) {
+  if (a.dim() == 0) {  // as PyTorch: dimension 0 (or -1) of a scalar is the scalar itself, nothing to reduce
+    for (int64_t d : dims)
+      ZDL_CHECK(d == 0 || d == -1, "dimension ", d, " out of range for a 0-d tensor");
+    return {};
+  }
   std::vector<int64_t> out;
   for (int64_t d : dims) out.push_back(a.wrap_dim(d));
   std::sort(out.begin(), out.end());

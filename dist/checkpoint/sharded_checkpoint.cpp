@@ -377,9 +377,12 @@ void save_impl(const std::string& dir, ZeroPartitioner& zero, const ZeroAdamW& o
   std::vector<std::string> names;
   for (int r = 0; r < N; ++r) names.push_back(rank_file_name(r, N));
 
-  // 1. Rank 0 makes a fresh staging directory (removing debris of an interrupted save).
+  // 1. Rank 0 makes a fresh staging directory (removing debris of an interrupted save), once
+  // `dir` is known to be a place a save may replace (not a file, not the working directory or
+  // one above it, not a directory that is not a checkpoint: io::save_checkpoint's check).
   on_every_rank(comm, what, [&] {
     if (rank != 0) return;
+    io::check_checkpoint_destination(dir, kLayoutFile);
     io::prepare_staging(dir);
   });
 

@@ -339,26 +339,57 @@ void ZeroPartitioner::wrap(nn::Module& model) {
   comm_->barrier();
 }
 
-// Ranks that built different models (another width, another layer count) would shard
-// different buffers under the same collectives and train on garbage without any error: the
-// units' names and sizes are compared once, here, and the first difference named.
+namespace {
+// What must agree across ranks about a unit: its name, and each parameter's name, shape and init
+// (a [4,8] weight and an [8,4] one have the same count; zeros on one rank and constant(5) on
+// another gathered into a mix of the two).
+std::vector<std::string> unit_signature(const ParamUnit& u) {
+  std::vector<std::string> s;
+  for (const ParamSlot& p : u.slots()) s.push_back(p.name + shape_str(p.param.shape()) + " " + p.init.str());
+  return s;
+}
+std::string joined(const std::vector<std::string>& parts) {
+  std::string s;
+  for (const std::string& p : parts) s += p + ";";
+  return s;
+}
+}  // namespace
+
+// Ranks that built different models (another width, another layer count, another init) would
+// shard different buffers under the same collectives and train on garbage without any error:
+// the units' signatures are compared once, here, and the first difference named.
 void ZeroPartitioner::check_same_units() {
   if (comm_->size() == 1) return;
   uint64_t h = kFnv1aOffset;
-  for (auto& u : units_) h = fnv1a64(u->name() + ":" + std::to_string(u->numel()) + ";", h);
+  for (auto& u : units_) h = fnv1a64(u->name() + ":" + joined(unit_signature(*u)) + "|", h);
   const std::vector<int64_t> all = comm_->all_gather_i64(static_cast<int64_t>(h));
   if (std::all_of(all.begin(), all.end(), [&](int64_t v) { return v == all[0]; })) return;
   const std::vector<int64_t> counts = comm_->all_gather_i64(static_cast<int64_t>(units_.size()));
   const int64_t common = *std::min_element(counts.begin(), counts.end());
   for (int64_t i = 0; i < common; ++i) {
     const ParamUnit& u = *units_[static_cast<size_t>(i)];
-    const std::vector<int64_t> sizes = comm_->all_gather_i64(u.numel());
-    const std::vector<int64_t> names = comm_->all_gather_i64(static_cast<int64_t>(fnv1a64(u.name())));
-    for (size_t r = 0; r < sizes.size(); ++r)
-      if (sizes[r] != sizes[0] || names[r] != names[0])
-        throw Error(detail::str(comm_->prefix(), " ranks built different models: unit ", i, " ('", u.name(), "' here) has ",
-                                u.numel(), " parameters on this rank, ", sizes[r], " on rank ", r, " (and ", sizes[0],
-                                " on rank 0); every rank must build the same model"));
+    const std::vector<std::string> parts = unit_signature(u);
+    const std::string mine = u.name() + ":" + joined(parts);
+    const std::vector<int64_t> sigs = comm_->all_gather_i64(static_cast<int64_t>(fnv1a64(mine)));
+    for (size_t r = 1; r < sigs.size(); ++r) {
+      if (sigs[r] == sigs[0]) continue;
+      // Rank 0's and rank r's unit, parameter by parameter: the first that differs is named.
+      const std::string first = comm_->broadcast_string(mine, 0), other = comm_->broadcast_string(mine, static_cast<int>(r));
+      auto split = [](const std::string& s) {
+        std::vector<std::string> out;
+        size_t colon = s.find(':'), at = colon + 1;
+        out.push_back(s.substr(0, colon));
+        for (size_t semi; (semi = s.find(';', at)) != std::string::npos; at = semi + 1) out.push_back(s.substr(at, semi - at));
+        return out;
+      };
+      const std::vector<std::string> a = split(first), b = split(other);
+      size_t k = 0;
+      while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
+      const std::string on0 = k < a.size() ? a[k] : "(nothing more)", onr = k < b.size() ? b[k] : "(nothing more)";
+      throw Error(detail::str(comm_->prefix(), " ranks built different models: in unit ", i, " ('", a[0], "' on rank 0), ",
+                              k == 0 ? "the unit is" : "a parameter is", " '", on0, "' on rank 0 and '", onr, "' on rank ",
+                              r, "; every rank must build the same model"));
+    }
   }
   std::string per_rank;
   for (size_t r = 0; r < counts.size(); ++r) per_rank += detail::str(r ? ", " : "", counts[r]);

@@ -1,7 +1,7 @@
 #include "dist/zero/zero_adamw.h"
 
 #include <algorithm>
-
+#include <cmath>
 #include <cstring>
 
 #include "autograd/grad_mode.h"
@@ -15,6 +15,7 @@ namespace zdl::dist {
 ZeroAdamW::ZeroAdamW(ZeroPartitioner& zero, const optim::AdamWOptions& o, double weight_decay)
     : zero_(zero), shards_(zero.optimizer_shards()), options_(o), weight_decay_(weight_decay) {
   o.validate(zero.comm().prefix() + " ZeroAdamW");
+  ZDL_CHECK(std::isfinite(weight_decay), zero.comm().prefix(), " ZeroAdamW: weight decay ", weight_decay);
   try {
     MemoryScope ms(MemoryCategory::OptimizerState);
     const std::vector<const ParamUnit*> units = zero.units();
@@ -80,7 +81,13 @@ std::vector<OffloadedBuffer*> ZeroAdamW::offloaded_states(size_t unit) const {
 // during the backward and are resident: their scopes leave them so, and the manager's window writes
 // them under the next forward. Without offload the Resident scopes are empty and this is the plain
 // loop.
+void ZeroAdamW::set_lr(double lr) {
+  ZDL_CHECK(std::isfinite(lr) && lr >= 0, zero_.comm().prefix(), " ZeroAdamW: lr must be a finite number >= 0, got ", lr);
+  options_.lr = lr;
+}
+
 void ZeroAdamW::step(double grad_scale) {
+  optim::check_grad_scale(grad_scale, "ZeroAdamW::step");
   NoGradGuard ng;
   zero_.begin_optimizer_step("ZeroAdamW::step");
   ++step_;

@@ -36,7 +36,8 @@ class ZeroAdamW {
 
   void step(double grad_scale = 1.0);
   double lr() const { return options_.lr; }
-  void set_lr(double lr) { options_.lr = lr; }
+  // Throws unless lr is a finite number >= 0.
+  void set_lr(double lr);
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t s) { step_ = s; }
 

@@ -6,8 +6,11 @@
 
 #include "autograd/ops.h"
 #include "core/tensor.h"
+#include "error_of.h"
 
 namespace zdl {
+
+using ::zdl::testing::error_of;
 
 TEST(Tensor, FactoriesAndViews) {
   Tensor t = Tensor::from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
@@ -17,6 +20,34 @@ TEST(Tensor, FactoriesAndViews) {
   EXPECT_FALSE(tt.is_contiguous());
   EXPECT_EQ(tt.to_vector(), (std::vector<double>{1, 4, 2, 5, 3, 6}));
   EXPECT_EQ(tt.storage(), t.storage());
+}
+
+// A 0-d tensor has no dimension 0: size(0), transpose, squeeze, slice, split, cat read past its
+// empty shape (a segfault). Reductions over dimension 0 (or -1) of it are the scalar, as in PyTorch.
+TEST(Tensor, A0dTensorHasNoDimensionsToName) {
+  Tensor s = Tensor::scalar(3.0);
+  const std::string says = "dimension 0 out of range for a 0-d tensor";
+  EXPECT_NE(error_of([&] { s.size(0); }).find(says), std::string::npos);
+  EXPECT_NE(error_of([&] { transpose(s, 0, 0); }).find(says), std::string::npos);
+  EXPECT_NE(error_of([&] { squeeze(s, 0); }).find(says), std::string::npos);
+  EXPECT_NE(error_of([&] { slice(s, 0, 0, 1); }).find(says), std::string::npos);
+  EXPECT_NE(error_of([&] { cat({s, s}, 0); }).find(says), std::string::npos);
+  EXPECT_EQ(sum(s, {0}).item(), 3.0);
+  EXPECT_EQ(mean(s, {-1}).item(), 3.0);
+  EXPECT_NE(error_of([&] { mean(s, {1}); }).find("dimension 1 out of range for a 0-d tensor"), std::string::npos);
+}
+
+// Element and byte counts past 64 bits are refused: 1<<62 floats wrapped to a 0-byte storage
+// (fill_ then wrote past it), [1<<62, 3] counted a negative number of elements.
+TEST(Tensor, CountsPast64BitsAreRefused) {
+  const int64_t big = int64_t{1} << 62;
+  EXPECT_NE(error_of([&] { Tensor::empty({big}); }).find("has more bytes than 64 bits count"), std::string::npos);
+  EXPECT_NE(error_of([&] { Tensor::zeros({big, 3}); }).find("has more elements than 64 bits count"), std::string::npos);
+  EXPECT_NE(error_of([&] { Tensor::empty({int64_t{1} << 32, int64_t{1} << 32}); }).find("more elements than 64 bits"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { sum(expand(Tensor::ones({1, 1}), {int64_t{1} << 32, int64_t{1} << 32})); })
+                .find("more elements than 64 bits"),
+            std::string::npos);
 }
 
 // Copies, casts and fills of a long flat buffer split its one row across threads; a strided

@@ -368,6 +368,34 @@ inline void expect_save_keeps_files_it_does_not_own(Communicator& comm) {
   EXPECT_EQ(load_sharded(dir, *fresh.zero, *fresh.opt).step, 2);
 }
 
+// A save replaces its directory whole: a file in its place (it was deleted) and a directory that
+// is not a checkpoint are refused on every rank, and stay as they were.
+inline void expect_save_refuses_what_it_would_destroy(Communicator& comm) {
+  using namespace sharded;
+  SharedDir tmp(comm);
+  on_rank0(comm, [&] {
+    write_bytes(tmp / "afile", "precious user data");
+    fs::create_directories(tmp / "notes");
+    write_bytes(tmp / "notes/todo.txt", "mine");
+  });
+  comm.barrier();
+  ZeroRun run(comm, {.stage = ZeroStage::Three});
+  run.steps(0, 1);
+  for (const auto& [path, says] : std::vector<std::pair<std::string, std::string>>{
+           {tmp / "afile", "exists and is not a directory"},
+           {tmp / "notes", "is a non-empty directory that is not a zdl checkpoint (no layout.json)"}}) {
+    const std::string dir = path;
+    const std::string msg = error_of([&] { save_sharded(dir, *run.zero, *run.opt, run.state(1)); });
+    EXPECT_NE(msg.find(says), std::string::npos) << msg;
+  }
+  on_rank0(comm, [&] {
+    EXPECT_EQ(read_bytes(tmp / "afile"), "precious user data");
+    EXPECT_EQ(read_bytes(tmp / "notes/todo.txt"), "mine");
+    EXPECT_FALSE(fs::exists(tmp / ".afile.saving"));
+  });
+  comm.barrier();
+}
+
 // Consolidation (one process, while the others wait) writes a GPT-2 file that io::load_gpt2
 // reads into a plain nn::GPT whose parameters equal the ZeRO model's (gathered) and whose
 // logits equal the ZeRO model's within 1e-6. The vocabulary is padded, so the exported wte

@@ -36,6 +36,8 @@ TEST(ShardedCheckpointLocal, InterruptedSaveLeavesThePreviousCheckpoint) {
 
 TEST(ShardedCheckpointLocal, ASaveKeepsFilesItDoesNotOwn) { expect_save_keeps_files_it_does_not_own(local()); }
 
+TEST(ShardedCheckpointLocal, ASaveRefusesWhatItWouldDestroy) { expect_save_refuses_what_it_would_destroy(local()); }
+
 TEST(ShardedCheckpointLocal, ConsolidationMatchesTheZeroModel) { expect_consolidation_matches_zero_model(local()); }
 
 TEST(ShardedCheckpointLocal, LoadsCheckpointOfAnotherWorldSize) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "autograd/grad_mode.h"
@@ -262,6 +263,36 @@ TEST(Checkpoint, FileSystemFailuresAreZdlErrors) {
   TrainRun a(1);
   std::string msg = error_of([&] { save_checkpoint(tmp / "not_a_dir/ckpt", *a.model, *a.opt, sample_state(0)); });
   EXPECT_NE(msg.find("save_checkpoint('" + (tmp / "not_a_dir/ckpt") + "')"), std::string::npos) << msg;
+}
+
+// A save replaces its directory whole. Called from a program of one's own (train_gpt checks its
+// --save at startup), it used to delete a file in the checkpoint's place, and to link the
+// working directory's entries (or the filesystem root's, for "/") into its staging directory.
+TEST(Checkpoint, ASaveRefusesWhatItWouldDestroyAndTouchesNothing) {
+  TempDir tmp;
+  write_bytes(tmp / "afile", "precious user data");
+  fs::create_directory(tmp / "notes");
+  write_bytes(tmp / "notes/todo.txt", "mine");
+  TrainRun a(1);
+  const std::string cwd = fs::current_path().string();
+  for (const auto& [path, says] : std::vector<std::pair<std::string, std::string>>{
+           {tmp / "afile", "exists and is not a directory"},
+           {tmp / "notes", "is a non-empty directory that is not a zdl checkpoint (no checkpoint.json)"},
+           {"", "the working directory"},
+           {".", "the working directory"},
+           {"/", "above the working directory"}}) {
+    const std::string dir = path;
+    const std::string msg = error_of([&] { save_checkpoint(dir, *a.model, *a.opt, sample_state(0)); });
+    EXPECT_NE(msg.find(says), std::string::npos) << "'" << dir << "': " << msg;
+  }
+  EXPECT_EQ(read_bytes(tmp / "afile"), "precious user data");
+  EXPECT_EQ(read_bytes(tmp / "notes/todo.txt"), "mine");
+  std::vector<std::string> left;
+  for (auto& e : fs::directory_iterator(tmp.path())) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"afile", "notes"}));  // no staging debris
+  for (const char* debris : {"/..saving", "/.zdl-save-probe"}) EXPECT_FALSE(fs::exists(debris)) << debris;
+  EXPECT_EQ(fs::current_path().string(), cwd);
 }
 
 // A save replaces the checkpoint's files inside the directory: one this user cannot write

@@ -48,6 +48,19 @@ TEST(Module, RejectsBadNames) {
   EXPECT_NE(error_of([&] { m.register_module("x.y", std::make_shared<Module>()); }).find("'x.y'"), std::string::npos);
 }
 
+// A cycle (a -> b -> a, or a longer one) made every walk of the tree recurse until the stack
+// overflowed (named_parameters, train()).
+TEST(Module, ACycleOfModulesIsRefused) {
+  auto a = std::make_shared<Module>("A"), b = std::make_shared<Module>("B"), c = std::make_shared<Module>("C");
+  a->register_module("b", b);
+  b->register_module("c", c);
+  for (auto* parent : {b.get(), c.get()})
+    EXPECT_NE(error_of([&] { parent->register_module("back", a); }).find("holds this module among its descendants"),
+              std::string::npos);
+  EXPECT_EQ(a->named_modules().size(), 3u);  // nothing was registered
+  a->train(false);
+}
+
 TEST(Module, StateDictRoundTripAndStrictErrorsNameEverything) {
   auto a = std::make_shared<TwoLayer>();
   auto b = std::make_shared<TwoLayer>();

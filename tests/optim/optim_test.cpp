@@ -1,4 +1,5 @@
-// Optimizers against the update rules written out in double, schedule, clipping, state.
+// Optimizers against the update rules written out in double, schedule, clipping, state; and
+// what they refuse.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,8 +9,11 @@
 #include "optim/optimizer.h"
 #include "optim/param_groups.h"
 #include "optim/schedule.h"
+#include "error_of.h"
 
 namespace zdl::optim {
+
+using ::zdl::testing::error_of;
 
 namespace {
 Tensor leaf(const Shape& s, uint64_t seed, DType t = DType::F32) {
@@ -82,6 +86,32 @@ TEST(AdamW, StateRoundTripsAndContinuesIdentically) {
   auto st = oa.state();
   EXPECT_EQ(st[0].first, "p5.exp_avg");
   EXPECT_EQ(st[0].second.storage()->category(), MemoryCategory::OptimizerState);
+}
+
+// A strided parameter (a slice with a step) had its neighbours in the storage updated instead,
+// a parameter listed twice was updated twice, and NaN hyperparameters turned every parameter
+// into NaN: each is refused.
+TEST(Optimizer, RefusesWhatItWouldUpdateWrong) {
+  Tensor base = Tensor::zeros({6});
+  Tensor strided = slice(base, 0, 0, 6, 2);
+  strided.set_requires_grad(true);
+  EXPECT_NE(error_of([&] { SGD({{"g", {strided}, 0.0}}, {.lr = 1.0}); }).find("is not contiguous"), std::string::npos);
+  Tensor w = leaf({3}, 1);
+  EXPECT_NE(error_of([&] { SGD({{"g", {w, w}, 0.0}}, {.lr = 1.0}); }).find("is listed twice, in group 'g' and in group 'g'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { AdamW({{"a", {w}, 0.0}, {"b", {w}, 0.1}}, {.lr = 1e-3}); }).find("in group 'a' and in group 'b'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { AdamW({{"a", {w}, std::nan("")}}, {.lr = 1e-3}); }).find("weight decay nan"), std::string::npos);
+  AdamW opt({{"a", {w}, 0.0}}, {.lr = 1e-3});
+  for (double lr : {std::nan(""), -1.0, HUGE_VAL})
+    EXPECT_NE(error_of([&] { opt.set_lr(lr); }).find("lr must be a finite number >= 0"), std::string::npos) << lr;
+  EXPECT_EQ(opt.lr(), 1e-3);
+  sum(w).backward();
+  const std::vector<double> before = w.to_vector();
+  EXPECT_NE(error_of([&] { opt.step(std::nan("")); }).find("grad_scale must be a finite number >= 0"), std::string::npos);
+  EXPECT_EQ(w.to_vector(), before);
+  Tensor a = leaf({2}, 2), b = leaf({2}, 3);  // two views of one storage at different offsets are two parameters
+  SGD({{"g", {a, b}, 0.0}}, {.lr = 1.0});
 }
 
 TEST(SGD, MomentumMatchesRule) {
