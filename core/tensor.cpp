@@ -53,10 +53,23 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 Tensor Tensor::from_storage(Storage storage, const Shape& shape, const Shape& strides, int64_t offset, DType dtype) {
   ZDL_CHECK(shape.size() == strides.size(), "from_storage: shape ", shape_str(shape), " and strides ",
             shape_str(strides), " differ in rank");
+  // Checked arithmetic: offset -1 read before the buffer, and a stride of 2^62 wrapped around
+  // onto elements inside it.
+  ZDL_CHECK(offset >= 0, "from_storage: negative offset ", offset);
   int64_t max_off = offset;
-  for (size_t i = 0; i < shape.size(); ++i)
-    if (shape[i] > 0) max_off += (shape[i] - 1) * strides[i];
-  ZDL_CHECK(numel_of(shape) == 0 || static_cast<size_t>(max_off + 1) * element_size(dtype) <= storage->nbytes(),
+  for (size_t i = 0; i < shape.size(); ++i) {
+    ZDL_CHECK(shape[i] >= 0 && strides[i] >= 0, "from_storage: negative size or stride in shape=", shape_str(shape),
+              " strides=", shape_str(strides));
+    int64_t span = 0;
+    ZDL_CHECK(shape[i] == 0 || (!__builtin_mul_overflow(shape[i] - 1, strides[i], &span) &&
+                                !__builtin_add_overflow(max_off, span, &max_off)),
+              "from_storage: view shape=", shape_str(shape), " strides=", shape_str(strides), " offset=", offset,
+              " reaches past 64 bits");
+  }
+  size_t reach = 0;
+  ZDL_CHECK(numel_of(shape) == 0 ||
+                (!__builtin_mul_overflow(static_cast<size_t>(max_off) + 1, element_size(dtype), &reach) &&
+                 reach <= storage->nbytes()),
             "from_storage: view shape=", shape_str(shape), " offset=", offset, " exceeds storage of ",
             storage->nbytes(), " bytes");
   auto impl = std::make_shared<TensorImpl>();
@@ -87,7 +100,15 @@ Tensor Tensor::scalar(double value, DType dtype, Device device) { return full({}
 namespace {
 
 // Stores a double into element i of a contiguous buffer of dtype t.
+// An integer element takes a value it can hold: NaN or 1e30 into an int64 was an undefined
+// conversion (it gave INT64_MIN).
+inline void check_fits_integer(DType t, double v) {
+  const double bound = t == DType::I32 ? 2147483648.0 : 9223372036854775808.0;  // 2^31, 2^63
+  ZDL_CHECK(v >= -bound && v < bound, "the value ", v, " does not fit in ", dtype_name(t));
+}
+
 inline void store_as(void* base, DType t, int64_t i, double v) {
+  if (t == DType::I32 || t == DType::I64) check_fits_integer(t, v);
   switch (t) {
     case DType::F32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
     case DType::F64: static_cast<double*>(base)[i] = v; break;
@@ -208,6 +229,10 @@ Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
 
 Tensor Tensor::randn(const Shape& shape, uint64_t seed, DType dtype, Device device, uint64_t stream, double mean,
                      double stddev) {
+  ZDL_CHECK(is_floating(dtype), "randn: normal draws need a floating dtype, got ", dtype_name(dtype),
+            " (draw in f32 and convert to round them)");
+  ZDL_CHECK(std::isfinite(mean) && std::isfinite(stddev) && stddev >= 0, "randn: mean ", mean, " and stddev ", stddev,
+            " must be finite, stddev >= 0");
   Tensor t = empty(shape, dtype);
   Philox gen(seed, stream);
   void* p = t.raw_data();
@@ -218,6 +243,8 @@ Tensor Tensor::randn(const Shape& shape, uint64_t seed, DType dtype, Device devi
 
 Tensor Tensor::rand(const Shape& shape, uint64_t seed, DType dtype, Device device, uint64_t stream, double low,
                     double high) {
+  ZDL_CHECK(std::isfinite(low) && std::isfinite(high) && low <= high, "rand: the range [", low, ", ", high,
+            ") must be finite with low <= high");
   Tensor t = empty(shape, dtype);
   Philox gen(seed, stream);
   void* p = t.raw_data();

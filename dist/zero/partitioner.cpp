@@ -583,6 +583,8 @@ void ZeroPartitioner::check_gradients_complete(const char* what) const {
 }
 
 std::vector<OptimizerShard> ZeroPartitioner::optimizer_shards() const {
+  ZDL_CHECK(wrapped_, comm_->prefix(), " the model is not wrapped yet: build the optimizer (ZeroAdamW) after "
+            "zero.wrap(model), which lays out the shards it updates");
   std::vector<OptimizerShard> out;
   for (auto& u : units_) out.push_back(u->optimizer_shard());
   return out;

@@ -110,6 +110,7 @@ class ZeroPartitioner {
   // ---- the optimizer's side ----
   // Every unit's OptimizerShard (master and reduced gradient), in units() order: fixed at
   // wrap(), so an optimizer sizes its state from them and a checkpoint reads and writes them.
+  // Throws before wrap() (an optimizer built then had no state, and failed only at its step).
   std::vector<OptimizerShard> optimizer_shards() const;
   // Before an optimizer step: waits for a reduction still in flight and throws, naming the unit
   // and `what` (the caller), if some unit's gradients are not reduced yet ([Note: unit

@@ -50,6 +50,30 @@ TEST(Tensor, CountsPast64BitsAreRefused) {
             std::string::npos);
 }
 
+// Factories and views take only what they can hold: NaN or 1e30 into an integer tensor was an
+// undefined conversion (INT64_MIN), randn into integers rounded normal draws, rand with low > high
+// drew from the reversed range, and from_storage's offset -1 or a stride of 2^62 (wrapping round)
+// read outside the buffer.
+TEST(Tensor, FactoriesAndViewsRefuseWhatTheyCannotHold) {
+  EXPECT_NE(error_of([] { Tensor::from_vector(std::vector<double>{1e30}, {1}, DType::I64); }).find("does not fit in i64"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Tensor::full({2}, std::nan(""), DType::I32); }).find("does not fit in i32"), std::string::npos);
+  EXPECT_NE(error_of([] { Tensor::full({2}, 3e9, DType::I32); }).find("does not fit in i32"), std::string::npos);
+  EXPECT_EQ(Tensor::full({1}, -2147483648.0, DType::I32).item(), -2147483648.0);
+  EXPECT_NE(error_of([] { Tensor::randn({2}, 1, DType::I64); }).find("need a floating dtype"), std::string::npos);
+  EXPECT_NE(error_of([] { Tensor::rand({2}, 1, DType::F32, Device::cpu(), 0, 1.0, 0.0); }).find("low <= high"),
+            std::string::npos);
+  Tensor buf = Tensor::zeros({4});
+  EXPECT_NE(error_of([&] { Tensor::from_storage(buf.storage(), {2}, {1}, -1, DType::F32); }).find("negative offset"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { Tensor::from_storage(buf.storage(), {3}, {int64_t{1} << 62}, 0, DType::F32); })
+                .find("past 64 bits"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { Tensor::from_storage(buf.storage(), {2}, {2}, 2, DType::F32); }).find("exceeds storage"),
+            std::string::npos);
+  EXPECT_EQ(Tensor::from_storage(buf.storage(), {2}, {2}, 1, DType::F32).numel(), 2);
+}
+
 // Copies, casts and fills of a long flat buffer split its one row across threads; a strided
 // view with few long rows too. Every element must come out as the one-element conversion does.
 TEST(Tensor, LargeCopiesCastsAndFillsMatchElementByElementOnAnyThreadCount) {

@@ -156,6 +156,28 @@ namespace zdl::dist::testing {
 // [Note: unit lifecycle]: an optimizer step (or a norm) on gradients still accumulating, because
 // the last micro-batch ran without set_grad_sync(true), is an error naming the unit, not a
 // silent step on partial sums.
+// An optimizer built before wrap() had no state and failed only at its step, pointing at an
+// internal call ("the optimizer refreshed 0 of 3 units; call refresh_params(i)"); a bad lr or
+// grad_scale made every parameter NaN.
+TEST(ZeroLocal, AnOptimizerBeforeWrapOrWithNaNHyperparametersIsAClearError) {
+  std::shared_ptr<Communicator> shared(&local(), [](Communicator*) {});
+  ZeroPartitioner zero(shared, {.stage = ZeroStage::Three});
+  std::shared_ptr<nn::GPT> model;
+  {
+    auto scope = zero.placement_scope(1);
+    model = std::make_shared<nn::GPT>(tiny_gpt());
+  }
+  using ::zdl::testing::error_of;
+  EXPECT_NE(error_of([&] { ZeroAdamW early(zero, adam_opts(), 0.1); }).find("build the optimizer (ZeroAdamW) after zero.wrap(model)"),
+            std::string::npos);
+  zero.wrap(*model);
+  EXPECT_NE(error_of([&] { ZeroAdamW nan_decay(zero, adam_opts(), std::nan("")); }).find("weight decay nan"),
+            std::string::npos);
+  ZeroAdamW opt(zero, adam_opts(), 0.1);
+  EXPECT_NE(error_of([&] { opt.set_lr(std::nan("")); }).find("lr must be a finite number >= 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { opt.step(std::nan("")); }).find("grad_scale must be a finite number >= 0"), std::string::npos);
+}
+
 TEST(ZeroLocal, StepOnGradientsStillAccumulatingIsAClearError) {
   for (ZeroStage stage : kAllStages) {
     std::shared_ptr<Communicator> shared(&local(), [](Communicator*) {});
