@@ -133,7 +133,13 @@ NamedTensors Module::named_buffers(bool recurse) const {
 
 std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules(bool include_self) const {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
-  if (include_self) out.emplace_back("", std::const_pointer_cast<Module>(shared_from_this()));
+  if (include_self) {
+    // shared_from_this() needs an owner: a module on the stack threw std::bad_weak_ptr here.
+    std::shared_ptr<const Module> self = weak_from_this().lock();
+    ZDL_CHECK(self != nullptr, type_name_, ": named_modules(include_self) needs the module to be owned by a "
+              "std::shared_ptr (std::make_shared<", type_name_, ">(...)), not a local or member object");
+    out.emplace_back("", std::const_pointer_cast<Module>(self));
+  }
   for (const auto& [name, child] : children_) {
     out.emplace_back(name, child);
     for (auto& [n, m] : child->named_modules(false)) out.emplace_back(name + "." + n, m);

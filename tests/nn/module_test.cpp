@@ -61,6 +61,15 @@ TEST(Module, ACycleOfModulesIsRefused) {
   a->train(false);
 }
 
+// A module on the stack has no shared_ptr to give: std::bad_weak_ptr came out with no zdl message.
+TEST(Module, AModuleOnTheStackSaysItNeedsASharedPtr) {
+  Linear l(3, 2);
+  EXPECT_NE(error_of([&] { l.named_modules(); }).find("needs the module to be owned by a std::shared_ptr"),
+            std::string::npos);
+  EXPECT_EQ(l.named_modules(false).size(), 0u);
+  EXPECT_EQ(l.named_parameters().size(), 2u);
+}
+
 TEST(Module, StateDictRoundTripAndStrictErrorsNameEverything) {
   auto a = std::make_shared<TwoLayer>();
   auto b = std::make_shared<TwoLayer>();
