@@ -74,6 +74,17 @@ TEST(Tensor, FactoriesAndViewsRefuseWhatTheyCannotHold) {
   EXPECT_EQ(Tensor::from_storage(buf.storage(), {2}, {2}, 1, DType::F32).numel(), 2);
 }
 
+// An expanded view names one element several times: add_ into it added 4 times into that element.
+TEST(Tensor, AddIntoAnExpandedViewIsRefused) {
+  Tensor base = Tensor::zeros({1, 3});
+  Tensor wide = expand(base, {4, 3});
+  EXPECT_NE(error_of([&] { add_(wide, Tensor::ones({4, 3})); }).find("repeats elements (an expanded view)"),
+            std::string::npos);
+  EXPECT_EQ(base.to_vector(), (std::vector<double>{0, 0, 0}));
+  add_(base, Tensor::ones({1, 3}));
+  EXPECT_EQ(base.to_vector(), (std::vector<double>{1, 1, 1}));
+}
+
 // Copies, casts and fills of a long flat buffer split its one row across threads; a strided
 // view with few long rows too. Every element must come out as the one-element conversion does.
 TEST(Tensor, LargeCopiesCastsAndFillsMatchElementByElementOnAnyThreadCount) {
