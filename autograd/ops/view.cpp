@@ -159,6 +159,9 @@ Tensor expand(const Tensor& a, const Shape& shape) {
   ZDL_CHECK(static_cast<int64_t>(shape.size()) >= a.dim(), "expand: cannot expand shape=", shape_str(a.shape()),
             " to fewer dims ", shape_str(shape));
   int64_t lead = static_cast<int64_t>(shape.size()) - a.dim();
+  // A negative size was refused deep inside as "Tensor::empty: negative size".
+  for (int64_t s : shape)
+    ZDL_CHECK(s >= 0, "expand: negative size in ", shape_str(shape), " (sizes are given in full; -1 does not keep one)");
   for (int64_t i = 0; i < a.dim(); ++i)
     ZDL_CHECK(a.shape()[i] == shape[lead + i] || a.shape()[i] == 1, "expand: cannot expand shape=",
               shape_str(a.shape()), " to ", shape_str(shape));

@@ -39,6 +39,13 @@ std::pair<double, int> Trainer::run_micro_batches(int64_t step, const BatchFn& b
   for (int64_t a = 0; a < A; ++a) {
     const int64_t m = zero_.micro_batch_index(a);
     auto [inputs, targets] = batch(step, m * b, b);
+    // Rows are the leading dimension; more or fewer than asked were trained on silently (the
+    // micro-batch schedule, dropout positions and the loss's weight assume b).
+    for (const Tensor* t : {&inputs, &targets})
+      ZDL_CHECK(t->defined() && t->dim() >= 1 && t->shape()[0] == b, zero_.comm().prefix(), " Trainer: the batch "
+                "function was asked for rows [", m * b, ", ", m * b + b, ") of step ", step, " and returned ",
+                t == &inputs ? "inputs" : "targets", " of shape ", t->defined() ? shape_str(t->shape()) : "(undefined)",
+                "; the leading dimension must be the ", b, " rows");
     nn::BatchPosition pos(step, m * b, options_.seed);
     zero_.set_grad_sync(a == A - 1);
     Tensor loss = loss_fn(inputs, targets);

@@ -83,6 +83,8 @@ TEST(Tensor, AddIntoAnExpandedViewIsRefused) {
   EXPECT_EQ(base.to_vector(), (std::vector<double>{0, 0, 0}));
   add_(base, Tensor::ones({1, 3}));
   EXPECT_EQ(base.to_vector(), (std::vector<double>{1, 1, 1}));
+  // A negative size is named by expand (it was "Tensor::empty: negative size").
+  EXPECT_NE(error_of([&] { expand(base, {-1, 3}); }).find("expand: negative size in [-1,3]"), std::string::npos);
 }
 
 // Copies, casts and fills of a long flat buffer split its one row across threads; a strided

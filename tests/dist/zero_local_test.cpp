@@ -176,6 +176,18 @@ TEST(ZeroLocal, AnOptimizerBeforeWrapOrWithNaNHyperparametersIsAClearError) {
   ZeroAdamW opt(zero, adam_opts(), 0.1);
   EXPECT_NE(error_of([&] { opt.set_lr(std::nan("")); }).find("lr must be a finite number >= 0"), std::string::npos);
   EXPECT_NE(error_of([&] { opt.step(std::nan("")); }).find("grad_scale must be a finite number >= 0"), std::string::npos);
+  // A batch function that returns other rows than asked: refused (3 extra rows trained silently).
+  Trainer trainer(zero, opt, {.micro_batch = 2});
+  RunConfig c;
+  const auto batch = global_batch(c, model->config.vocab_size, 0, 0);
+  const Tensor x = batch.first, y = batch.second;
+  const std::string m = error_of([&] {
+    trainer.step(0, [&](int64_t, int64_t, int64_t) { return Trainer::Batch{x, y}; },
+                 [&](const Tensor& in, const Tensor& target) { return model->loss(in, target); });
+  });
+  EXPECT_NE(m.find("Trainer: the batch function was asked for rows [0, 2) of step 0 and returned inputs of shape ["),
+            std::string::npos)
+      << m;
 }
 
 TEST(ZeroLocal, StepOnGradientsStillAccumulatingIsAClearError) {
