@@ -10,19 +10,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 
-from skip_unless_ci import skip_unless_ci
+from skip_unless_ci import python_with_matplotlib, skip_unless_ci
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "plot_metrics.py")
 PNG = b"\x89PNG\r\n\x1a\n"
 
-
-def python_with_matplotlib():
-    return next((e for e in (sys.executable, "/usr/bin/python3") if os.path.exists(e) and subprocess.run(
-        [e, "-c", "import matplotlib"], capture_output=True).returncode == 0), None)
 
 
 def metrics_lines(steps):
@@ -36,9 +31,7 @@ def metrics_lines(steps):
 
 class PlotMetrics(unittest.TestCase):
     def setUp(self):
-        self.exe = python_with_matplotlib()
-        if self.exe is None:
-            skip_unless_ci(self, "no python with matplotlib (scripts/setup.sh installs python3-matplotlib)")
+        self.exe = python_with_matplotlib(self)
         self.dir = tempfile.mkdtemp(prefix="plot_metrics_test_")
         self.addCleanup(shutil.rmtree, self.dir)
         # matplotlib's cache here, so that no "created a temporary cache directory" line joins stderr.

@@ -14,23 +14,17 @@ import sys
 import tempfile
 import unittest
 
-from skip_unless_ci import skip_unless_ci
+from skip_unless_ci import python_with_matplotlib
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "plot_walkthrough.py")
 WALKTHROUGH = None
 TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq", "16", "--batch", "4", "--steps", "2"]
 
 
-def python_with_matplotlib():
-    return next((e for e in (sys.executable, "/usr/bin/python3") if os.path.exists(e) and subprocess.run(
-        [e, "-c", "import matplotlib"], capture_output=True).returncode == 0), None)
-
 
 class PlotWalkthrough(unittest.TestCase):
     def setUp(self):
-        self.exe = python_with_matplotlib()
-        if self.exe is None:
-            skip_unless_ci(self, "no python with matplotlib (scripts/setup.sh installs python3-matplotlib)")
+        self.exe = python_with_matplotlib(self)
         self.dir = tempfile.mkdtemp(prefix="plot_walkthrough_test_")
         self.addCleanup(shutil.rmtree, self.dir)
         self.env = dict(os.environ, MPLCONFIGDIR=self.dir, OMP_NUM_THREADS="1")

@@ -5,6 +5,8 @@ developer's machine without it, but fails where the environment variable CI is s
 command installs every reference there (scripts/setup.sh), so a skip would hide a broken setup.
 """
 import os
+import subprocess
+import sys
 
 
 def in_ci():
@@ -16,3 +18,13 @@ def skip_unless_ci(test, reason):
     if in_ci():
         test.fail(f"{reason} (CI is set: scripts/setup.sh provides it)")
     test.skipTest(reason)
+
+
+def python_with_matplotlib(test):
+    """A Python that imports matplotlib (this one, or Debian's /usr/bin/python3), for the plotting
+    scripts; without one, skip_unless_ci."""
+    exe = next((e for e in (sys.executable, "/usr/bin/python3") if os.path.exists(e) and subprocess.run(
+        [e, "-c", "import matplotlib"], capture_output=True).returncode == 0), None)
+    if exe is None:
+        skip_unless_ci(test, "no python with matplotlib (scripts/setup.sh installs python3-matplotlib)")
+    return exe

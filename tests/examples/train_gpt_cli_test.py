@@ -28,7 +28,7 @@ SMALL = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--seq", "16", "--
 
 from mpi_launcher import MPI_ENV, MPIRUN, command, mpmd
 from sample_text import write_sample_text
-from skip_unless_ci import skip_unless_ci
+from skip_unless_ci import python_with_matplotlib
 
 
 def run(*args, check=True, ranks=0, cwd=None):
@@ -332,10 +332,7 @@ class TrainGptCli(unittest.TestCase):
 
     def test_plot_metrics_draws_the_curves(self):
         # scripts/plot_metrics.py on a run's metrics (and a second, overlaid): one PNG.
-        exe = next((e for e in (sys.executable, "/usr/bin/python3") if os.path.exists(e) and subprocess.run(
-            [e, "-c", "import matplotlib"], capture_output=True).returncode == 0), None)
-        if exe is None:
-            skip_unless_ci(self, "no python with matplotlib (scripts/setup.sh installs python3-matplotlib)")
+        exe = python_with_matplotlib(self)
         a, b = self.p("a.jsonl"), self.p("b.jsonl")
         run("--data", self.data, *SMALL, "--steps", "20", "--eval-every", "10", "--metrics", a)
         run("--data", self.data, *SMALL, "--steps", "20", "--zero-stage", "3", "--metrics", b)
