@@ -3,12 +3,18 @@
 // copies (synchronous, and queued beside the compute stream), page-locked host memory, and the
 // checks after kernel launches.
 //
+// Host waits are counted (cuda_host_waits) and each full wait for this thread's compute stream
+// judges the deferred checks queued before it ([Note: reads the host takes later],
+// core/deferred_read.h). Small copies from the host go through page-locked staging buffers and
+// are queued without a wait (the token ids of every micro-batch).
+//
 // Failure handling: a free runs in destructors (also while an exception unwinds), so it never
 // throws; its error is recorded (the first one wins), printed once, and thrown by the next
 // synchronize(). ZDL_CUDA_SYNC_LAUNCHES=1 synchronizes after every launch, so an asynchronous
 // fault is reported by the launch that caused it (slow: for finding a bug, not for training).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -19,10 +25,13 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/check.h"
 #include "core/cuda_check.h"
+#include "core/deferred_read.h"
 #include "core/device_copy.h"
 
 namespace zdl {
@@ -75,6 +84,45 @@ bool sync_after_every_launch() {
   return on;
 }
 
+std::atomic<int64_t> g_host_waits{0};
+thread_local uint64_t t_stream_waits = 0;  // this thread's finished waits for its compute stream
+
+struct PendingCheck {
+  DeferredRead read;
+  DeferredVerdict verdict;
+};
+thread_local std::vector<PendingCheck> t_checks;
+
+// Judges every check queued before this thread's last wait (all of them: a check is queued on
+// the compute stream it was made on); throws the first failure's message.
+void judge_checks() {
+  if (t_checks.empty()) return;
+  std::vector<PendingCheck> checks;
+  checks.swap(t_checks);
+  for (PendingCheck& c : checks) {
+    std::string message = c.verdict(c.read.bytes());
+    if (!message.empty()) throw Error(message);  // later ones most likely follow from it
+  }
+}
+
+void free_retired_slots();  // below, with the slots of DeferredRead
+
+// Waits for this thread's compute stream: counted, then the recorded errors and the checks.
+void wait_compute_stream(const char* what) {
+  g_host_waits.fetch_add(1, std::memory_order_relaxed);
+  const cudaError_t err = cudaStreamSynchronize(cudaStreamPerThread);
+  if (err != cudaSuccess) {
+    t_checks.clear();  // their bytes may never come
+    throw_recorded_error();  // the earlier error is the cause; this one is its echo
+    throw Error(detail::str("CUDA error while ", what, ": ", cudaGetErrorString(err),
+                            " (set ZDL_CUDA_SYNC_LAUNCHES=1 to find the kernel that caused it)"));
+  }
+  ++t_stream_waits;
+  free_retired_slots();
+  throw_recorded_error();
+  judge_checks();
+}
+
 // The current device and its default (stream-ordered) pool; false if the driver says no.
 bool current_pool(int* dev, cudaMemPool_t* pool) {
   if (cudaGetDevice(dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(pool, *dev) == cudaSuccess) return true;
@@ -110,6 +158,7 @@ class CudaAllocator final : public Allocator {
       (void)cudaGetLastError();
       int dev = 0;
       cudaMemPool_t pool = nullptr;
+      g_host_waits.fetch_add(1, std::memory_order_relaxed);
       if (cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess && current_pool(&dev, &pool) &&
           cudaMemPoolTrimTo(pool, 0) == cudaSuccess)
         err = cudaMallocAsync(&p, bytes, cudaStreamPerThread);
@@ -151,14 +200,17 @@ DeviceInfo cuda_device_info(int index) {
   return info;
 }
 
-void cuda_synchronize() {
-  const cudaError_t err = cudaStreamSynchronize(cudaStreamPerThread);
-  if (err != cudaSuccess) {
-    throw_recorded_error();  // the earlier error is the cause; this one is its echo
-    throw Error(detail::str("CUDA error while waiting for the GPU: ", cudaGetErrorString(err),
-                            " (set ZDL_CUDA_SYNC_LAUNCHES=1 to find the kernel that caused it)"));
-  }
-  throw_recorded_error();
+void cuda_synchronize() { wait_compute_stream("waiting for the GPU"); }
+
+int64_t cuda_host_waits() { return g_host_waits.load(std::memory_order_relaxed); }
+
+int64_t cuda_pool_reserved_bytes() {
+  int dev = 0;
+  cudaMemPool_t pool = nullptr;
+  if (!current_pool(&dev, &pool)) return 0;
+  uint64_t bytes = 0;  // the attribute is a cuuint64_t
+  ZDL_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &bytes));
+  return static_cast<int64_t>(bytes);
 }
 
 namespace detail {
@@ -176,17 +228,157 @@ void check_launch(const char* file, int line, const char* function) {
 
 }  // namespace detail
 
+namespace {
+
+// ---- uploads through page-locked staging buffers ----
+
+// A host-to-GPU copy of at most this many bytes is staged: the bytes are copied into a
+// page-locked buffer of the calling thread and the transfer is queued on its compute stream,
+// with no wait (the caller may reuse its memory at once). Larger copies wait, as before.
+constexpr size_t kStagedUploadBytes = size_t{1} << 20;
+
+struct UploadStage {
+  void* host = nullptr;
+  cudaEvent_t done = nullptr;  // recorded after the transfer that read `host` last
+};
+
+struct UploadStages {
+  std::array<UploadStage, 4> stages;
+  size_t next = 0;
+  ~UploadStages() {
+    for (UploadStage& s : stages) {
+      if (s.done != nullptr) (void)cudaEventDestroy(s.done);
+      if (s.host != nullptr) (void)cudaFreeHost(s.host);  // waits for the device: at thread exit only
+    }
+  }
+};
+thread_local UploadStages t_uploads;
+
+void staged_upload(void* dst, const void* src, size_t bytes) {
+  UploadStage& st = t_uploads.stages[t_uploads.next];
+  t_uploads.next = (t_uploads.next + 1) % t_uploads.stages.size();
+  if (st.host == nullptr) {
+    ZDL_CUDA_CHECK(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));
+    st.host = pinned_host_allocate(kStagedUploadBytes);
+  } else if (cudaEventQuery(st.done) != cudaSuccess) {  // its last transfer is still queued
+    g_host_waits.fetch_add(1, std::memory_order_relaxed);
+    ZDL_CUDA_CHECK(cudaEventSynchronize(st.done));
+  }
+  std::memcpy(st.host, src, bytes);
+  ZDL_CUDA_CHECK(cudaMemcpyAsync(dst, st.host, bytes, cudaMemcpyHostToDevice, cudaStreamPerThread));
+  ZDL_CUDA_CHECK(cudaEventRecord(st.done, cudaStreamPerThread));
+}
+
+}  // namespace
+
+// ---- reads the host takes later ([Note: reads the host takes later]) ----
+
+struct DeferredSlot {
+  unsigned char* host = nullptr;  // page-locked, for a copy from the GPU
+  unsigned char local[DeferredRead::kMaxBytes] = {};  // a CPU source's bytes
+  bool ready = false;             // the bytes are on the host
+  uint64_t queued_after = 0;      // t_stream_waits when the copy was queued
+  std::thread::id thread;
+  ~DeferredSlot();
+};
+
+namespace {
+
+// Page-locked slots of DeferredRead::kMaxBytes, in slabs kept for the process's life. A slot
+// dropped while its copy may still be queued is retired until its thread's next wait (it must
+// not take a newer copy that could land first); on another thread it is left unused.
+std::mutex g_slot_mutex;
+std::vector<unsigned char*> g_free_slots;
+thread_local std::vector<unsigned char*> t_retired_slots;
+
+unsigned char* take_slot() {
+  std::lock_guard<std::mutex> lock(g_slot_mutex);
+  if (g_free_slots.empty()) {
+    constexpr size_t kSlots = 256;
+    auto* slab = static_cast<unsigned char*>(pinned_host_allocate(kSlots * DeferredRead::kMaxBytes));
+    for (size_t i = 0; i < kSlots; ++i) g_free_slots.push_back(slab + i * DeferredRead::kMaxBytes);
+  }
+  unsigned char* p = g_free_slots.back();
+  g_free_slots.pop_back();
+  return p;
+}
+
+void free_retired_slots() {
+  if (t_retired_slots.empty()) return;
+  std::lock_guard<std::mutex> lock(g_slot_mutex);
+  g_free_slots.insert(g_free_slots.end(), t_retired_slots.begin(), t_retired_slots.end());
+  t_retired_slots.clear();
+}
+
+}  // namespace
+
+DeferredSlot::~DeferredSlot() {
+  if (host == nullptr) return;
+  const bool same_thread = thread == std::this_thread::get_id();
+  const bool landed = ready || (same_thread && t_stream_waits > queued_after);
+  try {
+    if (landed) {
+      std::lock_guard<std::mutex> lock(g_slot_mutex);
+      g_free_slots.push_back(host);
+    } else if (same_thread) {
+      t_retired_slots.push_back(host);
+    }
+  } catch (...) {  // out of memory for the list: the slot is lost, nothing else
+  }
+}
+
+DeferredRead::DeferredRead(const void* src, Device device, size_t bytes) {
+  ZDL_CHECK(bytes <= kMaxBytes, "DeferredRead: at most ", kMaxBytes, " bytes, got ", bytes);
+  auto slot = std::make_shared<DeferredSlot>();
+  slot->thread = std::this_thread::get_id();
+  slot->queued_after = t_stream_waits;
+  if (device.is_cpu()) {
+    std::memcpy(slot->local, src, bytes);
+    slot->ready = true;
+  } else {
+    slot->host = take_slot();
+    ZDL_CUDA_CHECK(cudaMemcpyAsync(slot->host, src, bytes, cudaMemcpyDeviceToHost, cudaStreamPerThread));
+  }
+  slot_ = std::move(slot);
+}
+
+const void* DeferredRead::bytes() const {
+  ZDL_CHECK(slot_ != nullptr, "DeferredRead: nothing was queued");
+  if (!slot_->ready) {
+    ZDL_CHECK(slot_->thread == std::this_thread::get_id(),
+              "DeferredRead: read on another thread than the one that queued the copy");
+    if (t_stream_waits == slot_->queued_after) wait_compute_stream("reading a value from the GPU");
+    slot_->ready = true;
+  }
+  return slot_->host != nullptr ? slot_->host : slot_->local;
+}
+
+void defer_check(const void* src, Device device, size_t bytes, DeferredVerdict verdict) {
+  DeferredRead read(src, device, bytes);
+  if (device.is_cpu()) {
+    std::string message = verdict(read.bytes());
+    if (!message.empty()) throw Error(message);
+    return;
+  }
+  t_checks.push_back({std::move(read), std::move(verdict)});
+}
+
+void verify_deferred_checks() {
+  if (!t_checks.empty()) wait_compute_stream("checking the GPU's inputs");
+}
+
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (bytes == 0) return;
   if (dst_device.is_cpu() && src_device.is_cpu()) {
     std::memcpy(dst, src, bytes);
     return;
   }
+  if (src_device.is_cpu() && bytes <= kStagedUploadBytes) return staged_upload(dst, src, bytes);
   cudaMemcpyKind kind = dst_device.is_cpu() ? cudaMemcpyDeviceToHost
                         : src_device.is_cpu() ? cudaMemcpyHostToDevice
                                               : cudaMemcpyDeviceToDevice;
   ZDL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, cudaStreamPerThread));
-  ZDL_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+  wait_compute_stream("copying between host and GPU");
 }
 
 // ---- copies beside the compute stream ([Note: copies beside the compute stream]) ----
@@ -260,6 +452,7 @@ CopyTicket copy_bytes_async(void* dst, Device dst_device, const void* src, Devic
 
 void wait_copy(const CopyTicket& ticket) {
   if (!ticket) return;
+  g_host_waits.fetch_add(1, std::memory_order_relaxed);
   const cudaError_t err = cudaEventSynchronize(ticket->done);
   if (err != cudaSuccess) {
     throw_recorded_error();

@@ -4,6 +4,7 @@
 // device_info and synchronize.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "core/device.h"
@@ -35,7 +36,11 @@ void pinned_host_free(void* ptr) noexcept;
 void zero_bytes(void* dst, Device device, size_t bytes);
 // Name and memory of CUDA device `index`.
 DeviceInfo cuda_device_info(int index);
-// Waits for this thread's stream on the current GPU; throws the first recorded CUDA error.
+// Waits for this thread's stream on the current GPU; throws the first recorded CUDA error (and
+// the first failed deferred check, core/deferred_read.h).
 void cuda_synchronize();
+// Bytes the current GPU's stream-ordered pool holds from the driver (freed blocks stay in it for
+// the next allocation); 0 in a CPU-only build.
+int64_t cuda_pool_reserved_bytes();
 
 }  // namespace zdl

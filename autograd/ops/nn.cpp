@@ -30,6 +30,7 @@
 #include "kernels/cpu/layer_norm.h"
 #include "kernels/cpu/softmax.h"
 #ifdef ZDL_WITH_CUDA
+#include "core/deferred_read.h"
 #include "core/memory.h"
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/dropout.h"
@@ -192,18 +193,23 @@ Tensor embedding_cuda(const Tensor& weight, const Tensor& ids) {
   const Device dev = weight.device();
   Tensor idc = dense(ids).detach();
   Tensor wc = dense(weight);
-  if (n > 0) {
+  if (n > 0) {  // judged at the next host wait ([Note: reads the host takes later])
     Tensor work = cuda_workspace(kcu::kIndexScanWorkspaceBytes, dev);
-    kcu::IndexScan scan = kcu::scan_indices(ids.dtype(), n, idc.raw_data(), V, false, 0, work.raw_data());
-    ZDL_CHECK(scan.first_bad < 0, "embedding: id ", scan.bad_value, " at flat position ", scan.first_bad,
-              " is out of range [0, V=", V, ") (weight shape=", shape_str(weight.shape()),
-              ", ids shape=", shape_str(ids.shape()), ")");
+    kcu::scan_indices(ids.dtype(), n, idc.raw_data(), V, false, 0, work.raw_data());
+    defer_check(work.raw_data(), dev, kcu::kIndexScanWorkspaceBytes,
+                [n, V, wshape = weight.shape(), ishape = ids.shape()](const void* bytes) -> std::string {
+                  const kcu::IndexScan scan = kcu::index_scan_result(bytes, n);
+                  if (scan.first_bad < 0) return {};
+                  return detail::str("embedding: id ", scan.bad_value, " at flat position ", scan.first_bad,
+                                     " is out of range [0, V=", V, ") (weight shape=", shape_str(wshape),
+                                     ", ids shape=", shape_str(ishape), ")");
+                });
   }
   Shape out_shape = ids.shape();
   out_shape.push_back(C);  // [S..., C]
   Tensor out = Tensor::empty(out_shape, weight.dtype(), dev);
   if (out.numel() > 0)
-    kcu::embedding_forward(weight.dtype(), ids.dtype(), n, C, wc.raw_data(), idc.raw_data(), out.raw_data());
+    kcu::embedding_forward(weight.dtype(), ids.dtype(), n, V, C, wc.raw_data(), idc.raw_data(), out.raw_data());
   // dweight[v] = sum over {s : ids[s] == v} of dout[s], summed in position order (deterministic)
   return autograd::record("embedding", {weight}, out, [idc, V, C, dt = weight.dtype(), dev](const TensorList& g) {
     Tensor dw = Tensor::empty({V, C}, dt, dev);
@@ -224,15 +230,21 @@ Tensor cross_entropy_cuda(const Tensor& logits, const Tensor& targets, int64_t i
   const Device dev = logits.device();
   Tensor lc = dense(logits);
   Tensor tc = dense(targets).detach();
-  int64_t count = 0;
-  if (N > 0) {
-    Tensor work = cuda_workspace(kcu::kIndexScanWorkspaceBytes, dev);
-    kcu::IndexScan scan = kcu::scan_indices(targets.dtype(), N, tc.raw_data(), V, true, ignore_index, work.raw_data());
-    ZDL_CHECK(scan.first_bad < 0, "cross_entropy: target ", scan.bad_value, " at row ", scan.first_bad,
-              " is out of range [0, V=", V, ") and is not ignore_index=", ignore_index,
-              " (logits shape=", shape_str(logits.shape()), ", targets shape=", shape_str(targets.shape()), ")");
-    count = scan.count;
-  }
+  // The scan's workspace keeps the count of rows the kernels divide by; the range check is
+  // judged at the next host wait ([Note: reads the host takes later]).
+  Tensor scan = Tensor::empty({3}, DType::I64, dev);  // kept for the backward, like row_max
+  static_assert(kcu::kIndexScanWorkspaceBytes == 3 * sizeof(int64_t));
+  kcu::scan_indices(targets.dtype(), N, tc.raw_data(), V, true, ignore_index, scan.raw_data());
+  if (N > 0)
+    defer_check(scan.raw_data(), dev, kcu::kIndexScanWorkspaceBytes,
+                [N, V, ignore_index, lshape = logits.shape(), tshape = targets.shape()](const void* bytes) -> std::string {
+                  const kcu::IndexScan r = kcu::index_scan_result(bytes, N);
+                  if (r.first_bad < 0) return {};
+                  return detail::str("cross_entropy: target ", r.bad_value, " at row ", r.first_bad,
+                                     " is out of range [0, V=", V, ") and is not ignore_index=", ignore_index,
+                                     " (logits shape=", shape_str(lshape), ", targets shape=", shape_str(tshape), ")");
+                });
+  const auto* count = static_cast<const unsigned long long*>(scan.raw_data()) + 1;
   Tensor row_max = Tensor::empty({N}, DType::F32, dev);  // (N,)
   Tensor row_lse = Tensor::empty({N}, DType::F32, dev);  // (N,) log sum exp(x - max)
   Tensor out = Tensor::empty({}, DType::F32, dev);       // the mean loss, f32 for f32 and bf16 logits
@@ -245,13 +257,13 @@ Tensor cross_entropy_cuda(const Tensor& logits, const Tensor& targets, int64_t i
   // dloss/dx[n, v] = (softmax(x_n)_v - [v == t_n]) * dloss / count, from the saved max and lse
   return autograd::record(
       "cross_entropy", {logits}, out,
-      [xs = lc.detach(), tc, row_max, row_lse, ignore_index, count, N, V, ld](const TensorList& g) {
-        if (N * ld == 0 || count == 0) return TensorList{Tensor::zeros({N, ld}, xs.dtype(), xs.device())};
+      [xs = lc.detach(), tc, row_max, row_lse, scan, ignore_index, N, V, ld](const TensorList& g) {
+        if (N * ld == 0) return TensorList{Tensor::zeros({N, ld}, xs.dtype(), xs.device())};
         Tensor gl = cuda_grad("cross_entropy", g[0], DType::F32, xs.device());
         Tensor dl = gradient_buffer(xs);
         kcu::cross_entropy_backward(xs.dtype(), tc.dtype(), N, V, ld, xs.raw_data(), tc.raw_data(), ignore_index,
-                                    row_max.data<float>(), row_lse.data<float>(), gl.data<float>(), count,
-                                    dl.raw_data());
+                                    row_max.data<float>(), row_lse.data<float>(), gl.data<float>(),
+                                    static_cast<const unsigned long long*>(scan.raw_data()) + 1, dl.raw_data());
         return TensorList{dl};
       });
 }

@@ -25,17 +25,13 @@ int64_t Trainer::sequences_per_step() const {
 }
 
 double Trainer::forward_backward(int64_t step, const BatchFn& batch, const LossFn& loss_fn) {
-  return run_micro_batches(step, batch, loss_fn).first;
+  return reduce_losses(run_micro_batches(step, batch, loss_fn)).first;
 }
 
-std::pair<double, int> Trainer::run_micro_batches(int64_t step, const BatchFn& batch, const LossFn& loss_fn) {
+Trainer::MicroBatchLosses Trainer::run_micro_batches(int64_t step, const BatchFn& batch, const LossFn& loss_fn) {
   zero_.set_step(step);
   const int64_t A = options_.grad_accum, b = options_.micro_batch;
-  const size_t M = static_cast<size_t>(A * zero_.comm().size());
-  // [Note: micro-batch schedule] in dist/zero/partitioner.h; each loss lands in its micro-batch's
-  // slot. Two more slots count the ranks interrupted by SIGINT and by SIGTERM, so the step's one
-  // all-reduce also tells every rank whether to stop.
-  std::vector<double> losses(M + 2, 0.0);
+  MicroBatchLosses out;
   for (int64_t a = 0; a < A; ++a) {
     const int64_t m = zero_.micro_batch_index(a);
     auto [inputs, targets] = batch(step, m * b, b);
@@ -51,10 +47,20 @@ std::pair<double, int> Trainer::run_micro_batches(int64_t step, const BatchFn& b
     Tensor loss = loss_fn(inputs, targets);
     ZDL_CHECK(loss.defined() && loss.numel() == 1, zero_.comm().prefix(), " Trainer: the loss must be a scalar, got shape ",
               loss.defined() ? shape_str(loss.shape()) : std::string("(undefined)"));
-    losses[static_cast<size_t>(m)] = loss.item();
+    out.slots.emplace_back(static_cast<size_t>(m), DeferredScalar(loss));
     // 1/A: a power of two scales exactly, so accumulation keeps the bits of one big batch.
     (A > 1 ? mul(loss, 1.0 / static_cast<double>(A)) : loss).backward();
   }
+  return out;
+}
+
+std::pair<double, int> Trainer::reduce_losses(const MicroBatchLosses& micro) {
+  const size_t M = static_cast<size_t>(options_.grad_accum * zero_.comm().size());
+  // [Note: micro-batch schedule] in dist/zero/partitioner.h; each loss lands in its micro-batch's
+  // slot. Two more slots count the ranks interrupted by SIGINT and by SIGTERM, so the step's one
+  // all-reduce also tells every rank whether to stop.
+  std::vector<double> losses(M + 2, 0.0);
+  for (const auto& [m, loss] : micro.slots) losses[m] = loss.value();
   const int sig = io::interrupt_signal();  // read once: the handler may set it at any time
   losses[M + (sig == SIGTERM ? 1 : 0)] = sig != 0 ? 1.0 : 0.0;
   // One nonzero per slot: the all-reduce is exact; then the sum in micro-batch order.
@@ -83,8 +89,9 @@ double Trainer::evaluate(nn::Module& model, int64_t num_batches, const EvalBatch
 
 StepResult Trainer::step(int64_t step, const BatchFn& batch, const LossFn& loss) {
   StepResult r;
-  std::tie(r.loss, r.stop_signal) = run_micro_batches(step, batch, loss);
-  const double scale = zero_.clip_grad_norm(options_.grad_clip);
+  const MicroBatchLosses losses = run_micro_batches(step, batch, loss);
+  const double scale = zero_.clip_grad_norm(options_.grad_clip);  // a GPU's one host wait
+  std::tie(r.loss, r.stop_signal) = reduce_losses(losses);
   r.grad_norm = zero_.last_grad_norm();
   // The loss and the norm are the same on every rank, so every rank takes the same branch.
   r.applied = std::isfinite(r.loss) && std::isfinite(r.grad_norm);

@@ -16,6 +16,7 @@
 //     if (r.stop_signal) break;  // Ctrl-C on some rank, inside an io::InterruptScope: save, exit
 //   }
 #pragma once
+#include "core/deferred_read.h"
 #include <cstdint>
 #include <functional>
 #include <utility>
@@ -73,8 +74,16 @@ class Trainer {
   const TrainerOptions& options() const { return options_; }
 
  private:
-  // forward_backward, and whether a rank was interrupted (StepResult::stop_signal).
-  std::pair<double, int> run_micro_batches(int64_t step, const BatchFn& batch, const LossFn& loss);
+  // Forward and backward over this rank's micro-batches; their losses are read later
+  // ([Note: reads the host takes later], core/deferred_read.h): on a GPU the step's one host
+  // wait is the gradient norm's, and the losses arrive with it.
+  struct MicroBatchLosses {
+    std::vector<std::pair<size_t, DeferredScalar>> slots;  // (micro-batch slot, its loss)
+  };
+  MicroBatchLosses run_micro_batches(int64_t step, const BatchFn& batch, const LossFn& loss);
+  // The mean loss over every rank's micro-batches, and whether a rank was interrupted
+  // (StepResult::stop_signal): one all-reduce.
+  std::pair<double, int> reduce_losses(const MicroBatchLosses& losses);
 
   ZeroPartitioner& zero_;
   ZeroAdamW& opt_;

@@ -144,7 +144,9 @@ int train(Session& x, int64_t first_step, const DeviceInfo& gpu, io::Progress& p
     const dist::StepResult r = x.trainer.step(step, rows, loss);
     x.ds().set_position(step + 1);
     on_nonfinite(x, r, step, nan_streak, progress);
-    synchronize(x.dev);  // the step's time is finished work
+    // No wait for the GPU here: the step's own wait (the gradient norm) comes after its
+    // backward, so the host runs ahead by the optimizer update at most and a step's time is
+    // the GPU's, the previous update included.
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     report_step(x, r, step, first_step, ms, gpu, progress);
     if (after_step(x, step, r.stop_signal, progress)) return r.stop_signal;

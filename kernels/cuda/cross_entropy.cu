@@ -41,7 +41,7 @@ __global__ void ce_forward_kernel(int64_t N, int64_t V, int64_t ld, const T* log
   constexpr int W = Pack<T>::kN;
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const int64_t t = static_cast<int64_t>(targets[n]);
-    if (t == ignore_index) {
+    if (t == ignore_index || t < 0 || t >= V) {  // out of range: its check fails at the next host wait
       if (threadIdx.x == 0) row_max[n] = row_lse[n] = row_loss[n] = 0.0f;
       continue;
     }
@@ -87,38 +87,48 @@ __global__ void ce_forward_kernel(int64_t N, int64_t V, int64_t ld, const T* log
   }
 }
 
-// loss[0] = (sum of row_loss in a fixed order) / count. One block.
-__global__ void ce_mean_kernel(int64_t N, const float* row_loss, int64_t count, float* loss) {
+// loss[0] = (sum of row_loss in a fixed order) / count, 0 when count is 0. One block.
+__global__ void ce_mean_kernel(int64_t N, const float* row_loss, const unsigned long long* count, float* loss) {
   __shared__ double scratch[32];
   double s = 0.0;
   for (int64_t n = threadIdx.x; n < N; n += blockDim.x) s += static_cast<double>(row_loss[n]);
   s = block_sum_f64(s, scratch);
-  if (threadIdx.x == 0) loss[0] = count > 0 ? static_cast<float>(s / static_cast<double>(count)) : 0.0f;
+  const unsigned long long c = *count;
+  if (threadIdx.x == 0) loss[0] = c > 0 ? static_cast<float>(s / static_cast<double>(c)) : 0.0f;
 }
 
 // dlogits[n, v] = s * exp(x - max - lse) - s [v == t], s = dloss / count, 0 in the padding
 // v >= V. Block per row; each element is read by the thread that then writes it, so dlogits
 // may be logits. kVec: rows 16-byte aligned and ld a whole number of packs, read and written
-// in 16-byte packs.
+// in 16-byte packs. An ignored row (or one whose target is out of range) is written as zeros
+// without reading its logits.
 template <class T, bool kVec, class I>
 __global__ void ce_backward_kernel(int64_t N, int64_t V, int64_t ld, const T* logits, const I* targets,
                                    int64_t ignore_index, const float* row_max, const float* row_lse,
-                                   const float* dloss, int64_t count, T* dlogits) {
+                                   const float* dloss, const unsigned long long* count, T* dlogits) {
   constexpr int W = Pack<T>::kN;
-  const float s = static_cast<float>(static_cast<double>(dloss[0]) / static_cast<double>(count));
+  const unsigned long long c = *count;
+  const float s = c > 0 ? static_cast<float>(static_cast<double>(dloss[0]) / static_cast<double>(c)) : 0.0f;
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     T* d = dlogits + n * ld;
     const int64_t t = static_cast<int64_t>(targets[n]);
-    const bool ignored = t == ignore_index;
+    const int64_t packs = kVec ? ld / W : 0;
+    if (t == ignore_index || t < 0 || t >= V) {  // the same for the whole block
+      Pack<T> zero;
+#pragma unroll
+      for (int i = 0; i < W; ++i) zero.v[i] = from_f<T>(0.0f);
+      for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) store_pack(d + p * W, zero);
+      for (int64_t v = packs * W + threadIdx.x; v < ld; v += blockDim.x) d[v] = from_f<T>(0.0f);
+      continue;
+    }
     const T* x = logits + n * ld;
-    const float shift = ignored ? 0.0f : row_max[n] + row_lse[n];
+    const float shift = row_max[n] + row_lse[n];
     auto grad = [&](float xv, int64_t v) {
-      if (ignored || v >= V) return 0.0f;
+      if (v >= V) return 0.0f;
       float g = __fmul_rn(s, expf(xv - shift));  // no fma: s p - s rounds as the CPU's two steps
       if (v == t) g -= s;
       return g;
     };
-    const int64_t packs = kVec ? ld / W : 0;
     for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
       const Pack<T> pk = load_pack(x + p * W);
       Pack<T> out;
@@ -143,11 +153,10 @@ void dispatch_ids(DType idtype, const char* what, F&& f) {
 }  // namespace
 
 void cross_entropy_forward(DType dtype, DType idtype, int64_t N, int64_t V, int64_t ld, const void* logits,
-                           const void* targets, int64_t ignore_index, int64_t count, float* row_max, float* row_lse,
-                           float* row_loss, float* loss) {
+                           const void* targets, int64_t ignore_index, const unsigned long long* count,
+                           float* row_max, float* row_lse, float* row_loss, float* loss) {
   cudaStream_t s = compute_stream();
-  if (N > 0 && count > 0) {
-    ZDL_CHECK(V > 0, "cross_entropy (cuda): V must be > 0 when rows are not ignored, got V=", V);
+  if (N > 0) {
     auto run = [&](auto tag) {
       using T = decltype(tag);
       dispatch_ids(idtype, "cross_entropy (cuda)", [&](auto itag) {
@@ -160,23 +169,17 @@ void cross_entropy_forward(DType dtype, DType idtype, int64_t N, int64_t V, int6
       });
     };
     ZDL_CUDA_DISPATCH_FLOAT(dtype, "cross_entropy (cuda)", run);
-    ce_mean_kernel<<<1, 1024, 0, s>>>(N, row_loss, count, loss);
+    ce_mean_kernel<<<1, 1024, 0, s>>>(N, row_loss, count, loss);  // all rows ignored: 0, not NaN
     ZDL_CUDA_CHECK_LAUNCH();
   } else {
-    if (N > 0) {
-      ZDL_CUDA_CHECK(cudaMemsetAsync(row_max, 0, static_cast<size_t>(N) * sizeof(float), s));
-      ZDL_CUDA_CHECK(cudaMemsetAsync(row_lse, 0, static_cast<size_t>(N) * sizeof(float), s));
-      ZDL_CUDA_CHECK(cudaMemsetAsync(row_loss, 0, static_cast<size_t>(N) * sizeof(float), s));
-    }
-    ZDL_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof(float), s));  // all rows ignored: 0, not NaN
+    ZDL_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof(float), s));
   }
 }
 
 void cross_entropy_backward(DType dtype, DType idtype, int64_t N, int64_t V, int64_t ld, const void* logits,
                             const void* targets, int64_t ignore_index, const float* row_max, const float* row_lse,
-                            const float* dloss, int64_t count, void* dlogits) {
-  if (N <= 0 || V <= 0) return;
-  ZDL_CHECK(count > 0, "cross_entropy backward (cuda): count must be > 0 (all-ignored batches have zero gradient)");
+                            const float* dloss, const unsigned long long* count, void* dlogits) {
+  if (N <= 0 || ld <= 0) return;
   cudaStream_t s = compute_stream();
   auto run = [&](auto tag) {
     using T = decltype(tag);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/embedding.h"
@@ -14,7 +15,7 @@ namespace {
 
 // out[0] = max over bad positions i of (n - i) (0: none; the largest marks the first bad
 // position), out[1] = number of indices != ignore_index. Integer atomics only: the result does
-// not depend on the order blocks finish.
+// not depend on the order blocks finish. out[2] is left to scan_report_kernel.
 template <class I>
 __global__ void scan_indices_kernel(int64_t n, const I* ids, int64_t V, bool use_ignore, int64_t ignore_index,
                                     unsigned long long* out) {
@@ -38,24 +39,38 @@ __global__ void scan_indices_kernel(int64_t n, const I* ids, int64_t V, bool use
   }
 }
 
+// One thread: out[2] = the index at the first bad position (after scan_indices_kernel).
+template <class I>
+__global__ void scan_report_kernel(int64_t n, const I* ids, unsigned long long* out) {
+  if (out[0] != 0) out[2] = static_cast<unsigned long long>(static_cast<int64_t>(ids[n - static_cast<int64_t>(out[0])]));
+}
+
 // ---- forward ----
 
-// Block per output row (grid-stride), threads over the C columns.
+// Block per output row (grid-stride), threads over the C columns. An id out of range (its
+// check fails at the next host wait) reads nothing: its row is zero.
 template <class T, class I>
-__global__ void embedding_forward_kernel(int64_t n, int64_t C, const T* weight, const I* ids, T* out) {
+__global__ void embedding_forward_kernel(int64_t n, int64_t V, int64_t C, const T* weight, const I* ids, T* out) {
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
-    const T* src = weight + static_cast<int64_t>(ids[i]) * C;
+    const int64_t id = static_cast<int64_t>(ids[i]);
     T* dst = out + i * C;
+    if (id < 0 || id >= V) {
+      for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dst[c] = from_f<T>(0.0f);
+      continue;
+    }
+    const T* src = weight + id * C;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dst[c] = src[c];
   }
 }
 
 // ---- backward ----
 
+// An id out of range gets the key V, after every real row; the sums skip it.
 template <class I>
-__global__ void embedding_sort_input_kernel(int64_t n, const I* ids, uint32_t* keys, int32_t* positions) {
+__global__ void embedding_sort_input_kernel(int64_t n, int64_t V, const I* ids, uint32_t* keys, int32_t* positions) {
   ZDL_GRID_STRIDE(i, n) {
-    keys[i] = static_cast<uint32_t>(ids[i]);
+    const int64_t id = static_cast<int64_t>(ids[i]);
+    keys[i] = static_cast<uint32_t>(id < 0 || id >= V ? V : id);
     positions[i] = static_cast<int32_t>(i);
   }
 }
@@ -63,10 +78,11 @@ __global__ void embedding_sort_input_kernel(int64_t n, const I* ids, uint32_t* k
 // Block per sorted slot k (grid-stride); only the first slot of each id's run works: it sums
 // the run's dout rows in sorted order = increasing position (the sort is stable).
 template <class T>
-__global__ void embedding_segment_sum_kernel(int64_t n, int64_t C, const uint32_t* keys, const int32_t* positions,
-                                             const T* dout, T* dweight) {
+__global__ void embedding_segment_sum_kernel(int64_t n, int64_t V, int64_t C, const uint32_t* keys,
+                                             const int32_t* positions, const T* dout, T* dweight) {
   for (int64_t k = blockIdx.x; k < n; k += gridDim.x) {
     const uint32_t id = keys[k];
+    if (static_cast<int64_t>(id) >= V) break;  // the bad ids' run, last in sorted order
     if (k > 0 && keys[k - 1] == id) continue;  // not a run start (same for the whole block)
     int64_t end = k + 1;
     while (end < n && keys[end] == id) ++end;
@@ -80,10 +96,10 @@ __global__ void embedding_segment_sum_kernel(int64_t n, int64_t C, const uint32_
   }
 }
 
-// Bits needed for keys in [0, V).
+// Bits needed for keys in [0, V] (V: an id out of range).
 int key_bits(int64_t V) {
   int bits = 1;
-  while (bits < 32 && (int64_t{1} << bits) < V) ++bits;
+  while (bits < 32 && (int64_t{1} << bits) <= V) ++bits;
   return bits;
 }
 
@@ -110,47 +126,42 @@ void check_sort_limits(int64_t n, int64_t V) {
 
 }  // namespace
 
-IndexScan scan_indices(DType idtype, int64_t n, const void* ids, int64_t V, bool use_ignore, int64_t ignore_index,
-                       void* workspace) {
-  IndexScan r;
-  if (n <= 0) return r;
+void scan_indices(DType idtype, int64_t n, const void* ids, int64_t V, bool use_ignore, int64_t ignore_index,
+                  void* workspace) {
   ZDL_CHECK(idtype == DType::I32 || idtype == DType::I64, "scan_indices (cuda): indices must be i32 or i64, got ",
             dtype_name(idtype));
   cudaStream_t s = compute_stream();
   auto* out = static_cast<unsigned long long*>(workspace);
   ZDL_CUDA_CHECK(cudaMemsetAsync(out, 0, kIndexScanWorkspaceBytes, s));
-  if (idtype == DType::I32)
+  if (n <= 0) return;
+  if (idtype == DType::I32) {
     scan_indices_kernel<<<grid_for(n), kBlock, 0, s>>>(n, static_cast<const int32_t*>(ids), V, use_ignore,
                                                        ignore_index, out);
-  else
+    ZDL_CUDA_CHECK_LAUNCH();
+    scan_report_kernel<<<1, 1, 0, s>>>(n, static_cast<const int32_t*>(ids), out);
+  } else {
     scan_indices_kernel<<<grid_for(n), kBlock, 0, s>>>(n, static_cast<const int64_t*>(ids), V, use_ignore,
                                                        ignore_index, out);
+    ZDL_CUDA_CHECK_LAUNCH();
+    scan_report_kernel<<<1, 1, 0, s>>>(n, static_cast<const int64_t*>(ids), out);
+  }
   ZDL_CUDA_CHECK_LAUNCH();
-  unsigned long long host[2] = {0, 0};
-  ZDL_CUDA_CHECK(cudaMemcpyAsync(host, out, sizeof(host), cudaMemcpyDeviceToHost, s));
-  ZDL_CUDA_CHECK(cudaStreamSynchronize(s));
-  r.count = static_cast<int64_t>(host[1]);
-  if (host[0] != 0) {
-    r.first_bad = n - static_cast<int64_t>(host[0]);
-    const size_t es = element_size(idtype);
-    const char* at = static_cast<const char*>(ids) + static_cast<size_t>(r.first_bad) * es;
-    if (idtype == DType::I32) {
-      int32_t v = 0;
-      ZDL_CUDA_CHECK(cudaMemcpyAsync(&v, at, es, cudaMemcpyDeviceToHost, s));
-      ZDL_CUDA_CHECK(cudaStreamSynchronize(s));
-      r.bad_value = v;
-    } else {
-      int64_t v = 0;
-      ZDL_CUDA_CHECK(cudaMemcpyAsync(&v, at, es, cudaMemcpyDeviceToHost, s));
-      ZDL_CUDA_CHECK(cudaStreamSynchronize(s));
-      r.bad_value = v;
-    }
+}
+
+IndexScan index_scan_result(const void* workspace_bytes, int64_t n) {
+  unsigned long long w[3];
+  std::memcpy(w, workspace_bytes, sizeof(w));
+  IndexScan r;
+  r.count = static_cast<int64_t>(w[1]);
+  if (w[0] != 0) {
+    r.first_bad = n - static_cast<int64_t>(w[0]);
+    r.bad_value = static_cast<int64_t>(w[2]);
   }
   return r;
 }
 
-void embedding_forward(DType dtype, DType idtype, int64_t n, int64_t C, const void* weight, const void* ids,
-                       void* out) {
+void embedding_forward(DType dtype, DType idtype, int64_t n, int64_t V, int64_t C, const void* weight,
+                       const void* ids, void* out) {
   if (n <= 0 || C <= 0) return;
   cudaStream_t s = compute_stream();
   auto run = [&](auto tag) {
@@ -158,9 +169,9 @@ void embedding_forward(DType dtype, DType idtype, int64_t n, int64_t C, const vo
     const T* w = static_cast<const T*>(weight);
     T* o = static_cast<T*>(out);
     if (idtype == DType::I32)
-      embedding_forward_kernel<<<rows_grid(n), row_threads(C), 0, s>>>(n, C, w, static_cast<const int32_t*>(ids), o);
+      embedding_forward_kernel<<<rows_grid(n), row_threads(C), 0, s>>>(n, V, C, w, static_cast<const int32_t*>(ids), o);
     else if (idtype == DType::I64)
-      embedding_forward_kernel<<<rows_grid(n), row_threads(C), 0, s>>>(n, C, w, static_cast<const int64_t*>(ids), o);
+      embedding_forward_kernel<<<rows_grid(n), row_threads(C), 0, s>>>(n, V, C, w, static_cast<const int64_t*>(ids), o);
     else
       ZDL_CHECK(false, "embedding (cuda): ids must be i32 or i64, got ", dtype_name(idtype));
     ZDL_CUDA_CHECK_LAUNCH();
@@ -201,16 +212,18 @@ void embedding_backward(DType dtype, DType idtype, int64_t n, int64_t V, int64_t
   size_t temp_bytes = need - (2 * keys + 2 * pos);
 
   if (idtype == DType::I32)
-    embedding_sort_input_kernel<<<grid_for(n), kBlock, 0, s>>>(n, static_cast<const int32_t*>(ids), keys_in, pos_in);
+    embedding_sort_input_kernel<<<grid_for(n), kBlock, 0, s>>>(n, V, static_cast<const int32_t*>(ids), keys_in,
+                                                                pos_in);
   else
-    embedding_sort_input_kernel<<<grid_for(n), kBlock, 0, s>>>(n, static_cast<const int64_t*>(ids), keys_in, pos_in);
+    embedding_sort_input_kernel<<<grid_for(n), kBlock, 0, s>>>(n, V, static_cast<const int64_t*>(ids), keys_in,
+                                                                pos_in);
   ZDL_CUDA_CHECK_LAUNCH();
   ZDL_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, pos_in, pos_out,
                                                  static_cast<int>(n), 0, key_bits(V), s));
   auto run = [&](auto tag) {
     using T = decltype(tag);
     embedding_segment_sum_kernel<T><<<rows_grid(n), row_threads(C), 0, s>>>(
-        n, C, keys_out, pos_out, static_cast<const T*>(dout), static_cast<T*>(dweight));
+        n, V, C, keys_out, pos_out, static_cast<const T*>(dout), static_cast<T*>(dweight));
     ZDL_CUDA_CHECK_LAUNCH();
   };
   ZDL_CUDA_DISPATCH_FLOAT(dtype, "embedding backward (cuda)", run);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "core/deferred_read.h"
 #include "core/rng.h"
 #include "cuda_compare.h"
 #include "kernels/cpu/dropout.h"
@@ -205,7 +206,11 @@ TEST(CudaNn, EmbeddingBadIdGivesTheCpuError) {
                                    std::vector<int64_t>{4, 2, 1, 257}}) {
       Tensor ids = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, it);
       std::string cpu = error_text([&] { embedding(w, ids); });
-      std::string cuda = error_text([&] { embedding(wg, ids.to(gpu())); });
+      // The check is judged at the next host wait ([Note: reads the host takes later]).
+      std::string cuda = error_text([&] {
+        embedding(wg, ids.to(gpu()));
+        synchronize(gpu());
+      });
       EXPECT_FALSE(cpu.empty());
       EXPECT_EQ(cuda, cpu);
     }
@@ -213,6 +218,36 @@ TEST(CudaNn, EmbeddingBadIdGivesTheCpuError) {
   std::string msg = error_text([&] { embedding(wg, random_ids({3}, 257, 1)); });
   EXPECT_NE(msg.find("cuda:0"), std::string::npos) << msg;
   EXPECT_NE(msg.find("cpu"), std::string::npos) << msg;
+}
+
+// The id and target checks wait for nothing: a forward and backward through embedding and
+// cross_entropy make no host wait; a bad id reads nothing (its row is zero, checked by the
+// memcheck run too) and fails the first wait after it, item() here, with the CPU's message,
+// once; the next wait is clean.
+TEST(CudaNn, IdChecksAreJudgedAtTheNextHostWait) {
+  ZDL_REQUIRE_GPU();
+  Tensor w = randn({257, 33}, 17, DType::F32).to(gpu());
+  w.set_requires_grad(true);
+  Tensor good = random_ids({2, 5}, 257, 3).to(gpu());
+  Tensor targets = random_ids({10}, 257, 4).to(gpu());
+  synchronize(gpu());
+  const int64_t waits = cuda_host_waits();
+  Tensor loss = cross_entropy(matmul(reshape(embedding(w, good), {10, 33}), transpose(w, 0, 1)), targets, -1);
+  loss.backward();
+  EXPECT_EQ(cuda_host_waits(), waits);
+  EXPECT_TRUE(std::isfinite(loss.item()));
+  EXPECT_EQ(cuda_host_waits(), waits + 1);
+
+  Tensor bad = Tensor::from_vector(std::vector<int64_t>{4, 999, 7, -2}, {4}, DType::I64);
+  const std::string cpu = error_text([&] { embedding(w.detach().to(kCpu), bad); });
+  Tensor out = embedding(w.detach(), bad.to(gpu()));
+  const std::string cuda = error_text([&] { sum(out).item(); });
+  EXPECT_EQ(cuda, cpu);
+  std::vector<double> rows = out.to_vector();  // the check was judged once: this wait is clean
+  for (int64_t c = 0; c < 33; ++c) {
+    EXPECT_EQ(rows[static_cast<size_t>(33 + c)], 0.0);
+    EXPECT_EQ(rows[static_cast<size_t>(3 * 33 + c)], 0.0);
+  }
 }
 
 // ---------------- cross_entropy ----------------
@@ -356,7 +391,10 @@ TEST(CudaNn, CrossEntropyBadTargetGivesTheCpuError) {
                                    std::vector<int64_t>{1, 2, 3, 4, 5, 1000}}) {
       Tensor targets = Tensor::from_vector(v, {6}, it);
       std::string cpu = error_text([&] { cross_entropy(logits, targets, -1); });
-      std::string cuda = error_text([&] { cross_entropy(lg, targets.to(gpu()), -1); });
+      std::string cuda = error_text([&] {
+        cross_entropy(lg, targets.to(gpu()), -1);
+        synchronize(gpu());
+      });
       EXPECT_FALSE(cpu.empty());
       EXPECT_EQ(cuda, cpu);
     }

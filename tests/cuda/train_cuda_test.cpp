@@ -1,6 +1,7 @@
 // Training on the GPU: the optimizer kernels against their CPU twins, a whole GPT training step
 // on the GPU against the same step on the CPU, ZeRO stages 0-3 on the GPU (local and one-rank
-// NCCL communicators) against stage 0, device memory by category, non-finite gradients, the
+// NCCL communicators) against stage 0, a step's one host wait and its memory taken from the
+// driver, device memory by category, non-finite gradients, the
 // sharded checkpoint round trip through the host, and the errors for misplaced runs. Every test
 // skips where no GPU is visible (the CUDA kernels are not even compiled in a CPU-only build), the
 // NCCL one also in a build without NCCL.
@@ -24,7 +25,11 @@
 #include <string>
 #include <vector>
 
+#include "autograd/grad_mode.h"
+#include "core/deferred_read.h"
+#include "core/device_copy.h"
 #include "core/rng.h"
+#include "dist/zero/trainer.h"
 #include "cuda_compare.h"
 #include "dist/comm/local_communicator.h"
 #include "dist/checkpoint/sharded_checkpoint.h"
@@ -391,6 +396,49 @@ std::vector<std::vector<double>> states_of(dist::ZeroPartitioner& z, const dist:
 }
 
 }  // namespace
+
+// [Note: reads the host takes later] (core/deferred_read.h): a training step on the GPU waits for
+// it once, for the gradient norm, which brings the micro-batches' losses with it (the token ids'
+// range checks and uploads wait for nothing); from the third step on it takes no new memory from
+// the driver (the stream-ordered pool hands out what the last step freed). DDP and ZeRO-3 (its
+// gathers and frees), two micro-batches a step; the losses are the ones item() reads.
+TEST(CudaTrain, AStepWaitsForTheGpuOnceAndTakesNoNewMemory) {
+  ZDL_REQUIRE_GPU();
+  for (ZeroStage stage : {ZeroStage::DDP, ZeroStage::Three}) {
+    SCOPED_TRACE(dist::stage_name(stage));
+    Trainer t = make_trainer(local_comm(Device::cuda()), stage, Device::cuda());
+    RunConfig c;
+    const int64_t V = t.model->config.vocab_size;
+    dist::Trainer trainer(*t.zero, *t.opt, dist::TrainerOptions{.grad_accum = 2, .micro_batch = 2, .grad_clip = 1.0});
+    auto rows = [&](int64_t step, int64_t first, int64_t count) {
+      auto [x, y] = dist::testing::step_rows(c, V, static_cast<int>(step), first, count);
+      return dist::Trainer::Batch{x.to(Device::cuda()), y.to(Device::cuda())};
+    };
+    auto loss = [&](const Tensor& x, const Tensor& y) { return t.model->loss(x, y); };
+    for (int64_t step = 0; step < 2; ++step) trainer.step(step, rows, loss);
+    cuda_synchronize();
+    const int64_t waits = cuda_host_waits();
+    const int64_t reserved = cuda_pool_reserved_bytes();
+    const dist::StepResult r = trainer.step(2, rows, loss);
+    EXPECT_EQ(cuda_host_waits() - waits, 1);
+    cuda_synchronize();
+    EXPECT_EQ(cuda_pool_reserved_bytes(), reserved);
+    EXPECT_TRUE(r.applied);
+    // The losses read later are the ones item() reads: step 3's micro-batches, without a graph,
+    // then through forward_backward (the same parameters: no optimizer step in between).
+    double item_mean = 0;
+    {
+      NoGradGuard no_grad;
+      for (int64_t m = 0; m < 2; ++m) {
+        auto [x, y] = rows(3, m * 2, 2);
+        item_mean += t.model->loss(x, y).item() / 2;
+      }
+    }
+    const double deferred_mean = trainer.forward_backward(3, rows, loss);
+    EXPECT_NEAR(deferred_mean, item_mean, 1e-6 * std::abs(item_mean));
+    t.zero->zero_grad();
+  }
+}
 
 TEST(CudaZero, ShardedCheckpointsRoundTripThroughTheHost) {
   ZDL_REQUIRE_GPU();

@@ -2,8 +2,8 @@
 // expand, squeeze/unsqueeze, split, cat, contiguous) forward and backward against the CPU ops
 // (f32 relative 1e-5, bf16 1e-2; layout ops are exact, so most compare bit for bit), and
 // Tensor::copy_ / to / fill_ / zeros / item / to_vector between any strided CPU and CUDA views in
-// every dtype pair, checked against the CPU's own copy; the 64-bit index path of the strided
-// kernels. Skips without a GPU.
+// every dtype pair, checked against the CPU's own copy; uploads queued without a wait and values
+// read later; the 64-bit index path of the strided kernels. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "core/deferred_read.h"
+#include "core/device_copy.h"
 #include "cuda_compare.h"
 
 namespace zdl {
@@ -149,6 +151,36 @@ TEST(CudaTensor, FillZerosItemAndToVector) {
   }
   EXPECT_EQ(Tensor::scalar(1.25, DType::F32, Device::cuda()).item(), 1.25);
   EXPECT_EQ(Tensor::arange(5, DType::I64, Device::cuda()).to_int_vector(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+}
+
+// A small upload goes through a page-locked staging buffer and is queued without a wait, so the
+// source may change at once: each of ten uploads keeps the values it had; the first ones (fewer
+// than the staging buffers) make no host wait. A large one waits, and a DeferredScalar reads a
+// GPU value after the next wait without one of its own.
+TEST(CudaTensor, SmallUploadsWaitForNothingAndKeepTheirValues) {
+  ZDL_REQUIRE_GPU();
+  Tensor host = Tensor::empty({1000}, DType::F32);
+  std::vector<Tensor> up;
+  synchronize(Device::cuda());
+  const int64_t waits = cuda_host_waits();
+  for (int i = 0; i < 10; ++i) {
+    host.fill_(static_cast<double>(i));
+    up.push_back(host.to(Device::cuda()));
+    if (i == 2) EXPECT_EQ(cuda_host_waits(), waits) << "three small uploads";
+  }
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(up[static_cast<size_t>(i)].to_vector(), std::vector<double>(1000, i)) << i;
+  Tensor big = Tensor::full({1 << 19}, 2.0, DType::F32);  // 2 MiB
+  const int64_t before = cuda_host_waits();
+  Tensor big_up = big.to(Device::cuda());
+  EXPECT_EQ(cuda_host_waits(), before + 1);
+  DeferredScalar later(sum(big_up));
+  synchronize(Device::cuda());
+  const int64_t after_sync = cuda_host_waits();
+  EXPECT_EQ(later.value(), 2.0 * (1 << 19));
+  EXPECT_EQ(cuda_host_waits(), after_sync);
+  DeferredScalar first(sum(big_up));
+  EXPECT_EQ(first.value(), 2.0 * (1 << 19));  // read before any wait: it waits itself
+  EXPECT_EQ(cuda_host_waits(), after_sync + 1);
 }
 
 TEST(CudaTensor, LargeStridedViewsUse64BitIndexMath) {
