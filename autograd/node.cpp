@@ -12,12 +12,42 @@ std::atomic<uint64_t> g_next_sequence_nr{0};
 
 Node::Node() : sequence_nr(g_next_sequence_nr.fetch_add(1)) {}
 
+SavedVersion SavedVersion::of(const Tensor& t) {
+  return {t.storage(), t.storage()->version(), t.shape(), t.dtype()};
+}
+
+void check_saved_versions(const std::string& op, const std::vector<SavedVersion>& saved) {
+  for (const SavedVersion& s : saved) {
+    const Storage storage = s.storage.lock();
+    if (!storage) continue;  // nobody holds it any more: nobody changed it
+    ZDL_CHECK(storage->version() == s.version, "backward through '", op, "': a tensor it saved (shape=",
+              shape_str(s.shape), ", ", dtype_name(s.dtype),
+              storage->label().empty() ? std::string() : ", storage " + storage->label(),
+              ") was changed in place after the forward (its storage is at version ", storage->version(),
+              ", the forward saw ", s.version, "): the gradient would be computed from the new values. "
+              "Change a copy (contiguous_copy()), or change it after backward");
+  }
+}
+
 TensorList FunctionNode::apply(TensorList grad_outputs) {
   ZDL_CHECK(backward_ != nullptr, "backward through '", name_,
             "' a second time: its saved tensors were freed after the first backward "
             "(pass retain_graph=true to the first backward to keep them)");
+  check_saved_versions(name_, saved_);
   return backward_(grad_outputs);
 }
+
+namespace {
+
+std::vector<SavedVersion> versions_of(const TensorList& saved) {
+  std::vector<SavedVersion> out;
+  out.reserve(saved.size());
+  for (const Tensor& t : saved)
+    if (t.defined()) out.push_back(SavedVersion::of(t));
+  return out;
+}
+
+}  // namespace
 
 Edge gradient_edge(const Tensor& t) {
   if (!t.defined()) return {};
@@ -59,17 +89,18 @@ void connect(const std::shared_ptr<Node>& node, const TensorList& inputs, const 
   }
 }
 
-Tensor record(const std::string& name, const TensorList& inputs, Tensor output, FunctionNode::Backward backward) {
+Tensor record(const std::string& name, const TensorList& inputs, Tensor output, FunctionNode::Backward backward,
+              const TensorList& saved) {
   if (!needs_grad(inputs)) return output;
-  auto node = std::make_shared<FunctionNode>(name, std::move(backward));
+  auto node = std::make_shared<FunctionNode>(name, std::move(backward), versions_of(saved));
   connect(node, inputs, {output});
   return output;
 }
 
 TensorList record_multi(const std::string& name, const TensorList& inputs, TensorList outputs,
-                        FunctionNode::Backward backward) {
+                        FunctionNode::Backward backward, const TensorList& saved) {
   if (!needs_grad(inputs)) return outputs;
-  auto node = std::make_shared<FunctionNode>(name, std::move(backward));
+  auto node = std::make_shared<FunctionNode>(name, std::move(backward), versions_of(saved));
   connect(node, inputs, outputs);
   return outputs;
 }

@@ -48,18 +48,41 @@ struct Node : std::enable_shared_from_this<Node> {
   std::vector<DType> output_dtypes;
 };
 
+// [Note: saved tensors changed in place] A backward computes from the tensors its op saved; one
+// changed in place after the forward (h.fill_(0) after y = sum(h * h), add_ into exp's output)
+// would give wrong gradients without a word. So a node keeps each saved tensor's storage with
+// its version (core/storage.h, [Note: version counter]) and refuses to run its backward when one
+// moved, naming the op and the tensor.
+struct SavedVersion {
+  // Weak: the closure keeps the tensor alive, and a gradient may reuse a saved buffer only when
+  // nothing else holds its storage (gradient_buffer).
+  std::weak_ptr<StorageImpl> storage;
+  uint64_t version = 0;
+  Shape shape;
+  DType dtype = DType::F32;
+  static SavedVersion of(const Tensor& t);
+};
+
+// Throws if a saved tensor was changed in place since its node recorded it.
+void check_saved_versions(const std::string& op, const std::vector<SavedVersion>& saved);
+
 // A node whose backward is a closure. The closure owns the saved tensors; releasing the
-// closure frees them (retain_graph=false).
+// closure frees them (retain_graph=false). `saved` lists them for the in-place check.
 struct FunctionNode final : Node {
   using Backward = std::function<TensorList(const TensorList& grad_outputs)>;
-  FunctionNode(std::string name, Backward backward) : name_(std::move(name)), backward_(std::move(backward)) {}
+  FunctionNode(std::string name, Backward backward, std::vector<SavedVersion> saved = {})
+      : name_(std::move(name)), backward_(std::move(backward)), saved_(std::move(saved)) {}
   TensorList apply(TensorList grad_outputs) override;
-  void release_saved() override { backward_ = nullptr; }
+  void release_saved() override {
+    backward_ = nullptr;
+    saved_.clear();
+  }
   std::string name() const override { return name_; }
 
  private:
   std::string name_;
   Backward backward_;
+  std::vector<SavedVersion> saved_;
 };
 
 // The sink of a leaf tensor: adds incoming gradients into leaf.grad, then (once per backward
@@ -85,10 +108,14 @@ bool needs_grad(const TensorList& inputs);
 // connects it to the inputs' gradient edges. Call only when needs_grad(inputs).
 void connect(const std::shared_ptr<Node>& node, const TensorList& inputs, const TensorList& outputs);
 
-// Convenience: builds a FunctionNode for one output and connects it when needed.
-//   return record("mul", {a, b}, out, [a, b](const TensorList& g) { return TensorList{g[0] * b, g[0] * a}; });
-Tensor record(const std::string& name, const TensorList& inputs, Tensor output, FunctionNode::Backward backward);
+// Convenience: builds a FunctionNode for one output and connects it when needed. `saved`: the
+// tensors the closure keeps for its backward (inputs, the output, or copies of them), checked
+// for in-place changes before it runs ([Note: saved tensors changed in place]).
+//   return record("mul", {a, b}, out, [a, b](const TensorList& g) { return TensorList{g[0] * b, g[0] * a}; },
+//                 {a, b});
+Tensor record(const std::string& name, const TensorList& inputs, Tensor output, FunctionNode::Backward backward,
+              const TensorList& saved = {});
 TensorList record_multi(const std::string& name, const TensorList& inputs, TensorList outputs,
-                        FunctionNode::Backward backward);
+                        FunctionNode::Backward backward, const TensorList& saved = {});
 
 }  // namespace zdl::autograd

@@ -6,7 +6,9 @@
 // backward runs. Every op reads data() at execution time, so touching a released storage
 // is a hard error naming the storage's label (the parameter name, when it is one).
 #pragma once
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -47,6 +49,15 @@ class StorageImpl {
   // Extra advice appended to the released-storage error (the ZeRO manager sets it).
   void set_release_hint(std::string hint) { release_hint_ = std::move(hint); }
 
+  // [Note: version counter] Counts the in-place writes through Tensor (copy_, fill_, zero_,
+  // add_) to any view of these bytes, so autograd can tell that a tensor it saved for backward
+  // was changed after the forward (autograd/node.h). Kernels writing through raw pointers do not
+  // count. set_version() puts back a count whose writes did not change the values (ZeRO-3's
+  // re-gather of the same parameters).
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+  void set_version(uint64_t v) { version_.store(v, std::memory_order_relaxed); }
+
  private:
   struct ReleasedTag {};
   StorageImpl(ReleasedTag, size_t nbytes, Device device, MemoryCategory category)
@@ -58,6 +69,7 @@ class StorageImpl {
   bool released_ = false;
   std::string label_;
   std::string release_hint_;
+  std::atomic<uint64_t> version_{0};
 };
 
 using Storage = std::shared_ptr<StorageImpl>;

@@ -363,6 +363,7 @@ void Tensor::copy_(const Tensor& src) const {
   ZDL_CHECK(shape() == src.shape(), "copy_: destination shape=", shape_str(shape()), " != source shape=",
             shape_str(src.shape()), label_suffix());
   if (numel() == 0) return;
+  storage()->bump_version();  // [Note: version counter]
   if (device().is_cpu() && src.device().is_cpu()) return cpu_copy(*this, src);
 #ifdef ZDL_WITH_CUDA
   if (device() == src.device()) return cuda_copy(*this, src);
@@ -396,6 +397,7 @@ void Tensor::copy_(const Tensor& src) const {
 
 void Tensor::fill_(double value) const {
   if (numel() == 0) return;
+  storage()->bump_version();  // [Note: version counter]
   if (device().is_cpu()) {
     Tensor one = from_vector(std::vector<double>{value}, {}, dtype());
     // Broadcast copy: stride 0 over every dimension of the source.

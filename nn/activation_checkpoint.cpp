@@ -35,6 +35,9 @@ struct RecomputeNode final : autograd::Node {
   Module* module = nullptr;
   std::function<TensorList(const TensorList&)> body;
   TensorList inputs;             // detached: the values, not the graph (next_edges hold that)
+  // The inputs' and parameters' versions: the recompute reads them again ([Note: saved
+  // tensors changed in place], autograd/node.h).
+  std::vector<autograd::SavedVersion> versions;
   RandomState random;            // the subtree's counters before the forward
   std::optional<BatchPosition::Record> position;
 
@@ -42,12 +45,14 @@ struct RecomputeNode final : autograd::Node {
   void release_saved() override {
     body = nullptr;
     inputs.clear();
+    versions.clear();
     random.clear();
   }
 
   TensorList apply(TensorList grad_outputs) override {
     ZDL_CHECK(body != nullptr, "backward through the checkpointed ", module->type_name(),
               " a second time: its inputs were freed after the first backward (pass retain_graph=true to keep them)");
+    autograd::check_saved_versions(name(), versions);
     const std::vector<Module*> modules = subtree(*module);
     const RandomState now = random_state(modules);  // put back afterwards: later forwards continue from here
     set_random_state(modules, random);
@@ -133,6 +138,9 @@ TensorList checkpointed_forward(Module& m, const TensorList& inputs,
     outputs = body(inputs);
   }
   for (const Tensor& x : inputs) node->inputs.push_back(x.defined() ? x.detach() : x);
+  for (const Tensor& t : node->inputs)
+    if (t.defined()) node->versions.push_back(autograd::SavedVersion::of(t));
+  for (const Tensor& p : m.parameters()) node->versions.push_back(autograd::SavedVersion::of(p));
   // Fresh tensors over the same bytes: an output may be an input or a parameter returned as is.
   for (Tensor& y : outputs) {
     ZDL_CHECK(y.defined(), m.type_name(), ": a checkpointed module must return defined tensors");

@@ -182,7 +182,8 @@ Tensor causal_attention_cudnn(const Tensor& q, const Tensor& k, const Tensor& v,
                                       lse.data<float>(), dq.raw_data(), dk.raw_data(), dv.raw_data(),
                                       pointer_or_null(work));
         return TensorList{dq, dk, dv};
-      });
+      },
+      {q, k, v, out});
 }
 #endif
 
@@ -225,7 +226,8 @@ Tensor causal_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v) 
         auto empty = [&] { return Tensor::empty(qc.shape(), qc.dtype(), qc.device()); };
         if (qc.numel() == 0) return TensorList{empty(), empty(), empty()};
         return attention_backward_kernels(qc, kc, vc, o, lse, output_gradient(g[0], qc.dtype(), qc.device()));
-      });
+      },
+      {qc, kc, vc, out});
 }
 #endif
 
@@ -279,7 +281,8 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
                                                      dv.data<F>(), threads, work.data<A>());
         });
         return TensorList{dq, dk, dv};
-      });
+      },
+      {qc, kc, vc, out});
 }
 
 }  // namespace zdl

@@ -142,9 +142,8 @@ bool broadcast_bf16(const Tensor& g, const Shape& sa, const Shape& sb) {
 
 // Records a unary op whose backward runs cuda_unary_grad (CUDA inputs only).
 Tensor record_cuda_unary(const char* name, UnaryOp op, const Tensor& a, const Tensor& out, double s = 0.0) {
-  return autograd::record(name, {a}, out, [op, a, s](const TensorList& g) {
-    return TensorList{cuda_unary_grad(op, g[0], a, s)};
-  });
+  return autograd::record(
+      name, {a}, out, [op, a, s](const TensorList& g) { return TensorList{cuda_unary_grad(op, g[0], a, s)}; }, {a});
 }
 
 }  // namespace
@@ -174,7 +173,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
       return TensorList{ga ? cast(sum_to(mul(to_f32(g[0]), to_f32(b)), a.shape()), DType::BF16) : Tensor(),
                         gb ? cast(sum_to(mul(to_f32(g[0]), to_f32(a)), b.shape()), DType::BF16) : Tensor()};
     return TensorList{ga ? sum_to(mul(g[0], b), a.shape()) : Tensor(), gb ? sum_to(mul(g[0], a), b.shape()) : Tensor()};
-  });
+  }, {ga ? b : Tensor(), gb ? a : Tensor()});
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
@@ -194,7 +193,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
     Tensor g_over_b = div(g[0], b);
     return TensorList{ga ? sum_to(g_over_b, a.shape()) : Tensor(),
                       gb ? sum_to(neg(mul(g_over_b, o)), b.shape()) : Tensor()};
-  });
+  }, {b, gb ? a : Tensor(), gb ? out : Tensor()});
 }
 
 Tensor add(const Tensor& a, double s) {
@@ -220,9 +219,9 @@ Tensor rdiv(double s, const Tensor& a) {
   Tensor out = unary_forward(UnaryOp::RDiv, "rdiv", a, s);
   if (a.device().is_cuda()) return record_cuda_unary("rdiv", UnaryOp::RDiv, a, out, s);
   // d(s/a)/da = -s/a^2 = -out/a
-  return autograd::record("rdiv", {a}, out, [a, o = out.detach()](const TensorList& g) {
-    return TensorList{neg(div(mul(g[0], o), a))};
-  });
+  return autograd::record(
+      "rdiv", {a}, out, [a, o = out.detach()](const TensorList& g) { return TensorList{neg(div(mul(g[0], o), a))}; },
+      {a, out});
 }
 
 Tensor neg(const Tensor& a) {
@@ -236,7 +235,8 @@ Tensor exp(const Tensor& a) {
   Tensor out = unary_forward(UnaryOp::Exp, "exp", a);
   if (a.device().is_cuda()) return record_cuda_unary("exp", UnaryOp::Exp, a, out);
   // d exp(a) = exp(a)
-  return autograd::record("exp", {a}, out, [o = out.detach()](const TensorList& g) { return TensorList{mul(g[0], o)}; });
+  return autograd::record(
+      "exp", {a}, out, [o = out.detach()](const TensorList& g) { return TensorList{mul(g[0], o)}; }, {out});
 }
 
 Tensor log(const Tensor& a) {
@@ -244,7 +244,7 @@ Tensor log(const Tensor& a) {
   Tensor out = unary_forward(UnaryOp::Log, "log", a);
   if (a.device().is_cuda()) return record_cuda_unary("log", UnaryOp::Log, a, out);
   // d log(a) = 1/a
-  return autograd::record("log", {a}, out, [a](const TensorList& g) { return TensorList{div(g[0], a)}; });
+  return autograd::record("log", {a}, out, [a](const TensorList& g) { return TensorList{div(g[0], a)}; }, {a});
 }
 
 Tensor sqrt(const Tensor& a) {
@@ -252,9 +252,8 @@ Tensor sqrt(const Tensor& a) {
   Tensor out = unary_forward(UnaryOp::Sqrt, "sqrt", a);
   if (a.device().is_cuda()) return record_cuda_unary("sqrt", UnaryOp::Sqrt, a, out);
   // d sqrt(a) = 1 / (2 sqrt(a))
-  return autograd::record("sqrt", {a}, out, [o = out.detach()](const TensorList& g) {
-    return TensorList{div(g[0], mul(o, 2.0))};
-  });
+  return autograd::record(
+      "sqrt", {a}, out, [o = out.detach()](const TensorList& g) { return TensorList{div(g[0], mul(o, 2.0))}; }, {out});
 }
 
 Tensor tanh(const Tensor& a) {
@@ -262,9 +261,9 @@ Tensor tanh(const Tensor& a) {
   Tensor out = unary_forward(UnaryOp::Tanh, "tanh", a);
   if (a.device().is_cuda()) return record_cuda_unary("tanh", UnaryOp::Tanh, a, out);
   // d tanh(a) = 1 - tanh(a)^2
-  return autograd::record("tanh", {a}, out, [o = out.detach()](const TensorList& g) {
-    return TensorList{mul(g[0], rsub(1.0, square(o)))};
-  });
+  return autograd::record(
+      "tanh", {a}, out, [o = out.detach()](const TensorList& g) { return TensorList{mul(g[0], rsub(1.0, square(o)))}; },
+      {out});
 }
 
 Tensor square(const Tensor& a) {
@@ -272,7 +271,8 @@ Tensor square(const Tensor& a) {
   Tensor out = unary_forward(UnaryOp::Square, "square", a);
   if (a.device().is_cuda()) return record_cuda_unary("square", UnaryOp::Square, a, out);
   // d a^2 = 2a
-  return autograd::record("square", {a}, out, [a](const TensorList& g) { return TensorList{mul(mul(g[0], a), 2.0)}; });
+  return autograd::record(
+      "square", {a}, out, [a](const TensorList& g) { return TensorList{mul(mul(g[0], a), 2.0)}; }, {a});
 }
 
 namespace {
@@ -288,7 +288,7 @@ Tensor record_kernel_unary(const char* name, UnaryOp op, const Tensor& a, const 
       kernels::cpu::unary_backward<T>(op, a.numel(), gc.data<T>(), ac.data<T>(), dx.data<T>());
     });
     return TensorList{dx};
-  });
+  }, {a});
 }
 
 Tensor kernel_unary(const char* name, UnaryOp op, const Tensor& a) {
@@ -305,7 +305,7 @@ Tensor extremum(const char* name, BinaryOp op, BinaryOp grad_op, const Tensor& a
     Tensor wa = binary_forward(grad_op, "maximum/minimum backward", a, b);
     Tensor wb = binary_forward(grad_op, "maximum/minimum backward", b, a);
     return TensorList{sum_to(mul(g[0], wa), a.shape()), sum_to(mul(g[0], wb), b.shape())};
-  });
+  }, {a, b});
 }
 
 // cond ? a : b over the broadcast shape of all three (no graph).
@@ -373,7 +373,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     NoGradGuard ng;
     Tensor zero = Tensor::zeros({}, g[0].dtype(), g[0].device());
     return TensorList{sum_to(select_forward(c, g[0], zero), a.shape()), sum_to(select_forward(c, zero, g[0]), b.shape())};
-  });
+  }, {c});
 }
 
 Tensor argmax(const Tensor& a, int64_t dim) {
@@ -428,6 +428,7 @@ void add_(const Tensor& dst, const Tensor& src) {
     ZDL_CHECK(dst.strides()[d] != 0 || dst.shape()[d] <= 1, "add_: the destination of shape=", shape_str(dst.shape()),
               " strides=", shape_str(dst.strides()), " repeats elements (an expanded view); add into the tensor it "
               "expands, or into a contiguous copy");
+  if (dst.defined() && dst.numel() > 0) dst.storage()->bump_version();  // [Note: version counter]
 #ifdef ZDL_WITH_CUDA
   if (on_cuda("add_", dst)) {
     Shape bs = broadcast_shapes(dst.shape(), src.shape());

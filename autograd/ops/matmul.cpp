@@ -177,7 +177,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     Mats G = as_mats(g[0], fold);
     return TensorList{ga ? product(sa, G, B.transposed(), "matmul backward") : Tensor(),
                       gb ? product(sb, A.transposed(), G, "matmul backward") : Tensor()};
-  });
+  }, {ga ? B.t : Tensor(), gb ? A.t : Tensor()});
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -232,7 +232,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
         }
         return TensorList{gx ? product(sx, G, W, "linear backward") : Tensor(),
                           gw ? product(sw, G.transposed(), X, "linear backward") : Tensor(), db};
-      });
+      },
+      {gx ? W.t : Tensor(), gw ? X.t : Tensor()});
 }
 
 }  // namespace zdl

@@ -129,7 +129,7 @@ Tensor gelu_cuda(const Tensor& x) {
     Tensor dx = Tensor::empty(xs.shape(), xs.dtype(), xs.device());
     kcu::gelu_backward(xs.dtype(), xs.numel(), xs.raw_data(), gc.raw_data(), dx.raw_data());
     return TensorList{dx};
-  });
+  }, {xc});
 }
 
 // Arguments checked by layer_norm (shapes, eps, weight/bias dtype and device).
@@ -166,7 +166,8 @@ Tensor layer_norm_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias
                                  gw ? dw.raw_data() : nullptr, gb ? db.raw_data() : nullptr,
                                  work.defined() ? work.raw_data() : nullptr);
         return TensorList{dx, dw, db};
-      });
+      },
+      {xc, wc});
 }
 
 // Softmax over the last dim (softmax() moves other dims last first).
@@ -181,7 +182,7 @@ Tensor softmax_lastdim_cuda(const Tensor& x) {
     Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
     kcu::softmax_backward(y.dtype(), rows, C, y.raw_data(), gc.raw_data(), dx.raw_data());
     return TensorList{dx};
-  });
+  }, {out});
 }
 
 Tensor embedding_cuda(const Tensor& weight, const Tensor& ids) {
@@ -221,7 +222,7 @@ Tensor embedding_cuda(const Tensor& weight, const Tensor& ids) {
     kcu::embedding_backward(dt, idc.dtype(), n, V, C, idc.raw_data(), gc.raw_data(), dw.raw_data(),
                             work.defined() ? work.raw_data() : nullptr, bytes);
     return TensorList{dw};
-  });
+  }, {idc});
 }
 
 Tensor cross_entropy_cuda(const Tensor& logits, const Tensor& targets, int64_t ignore_index, int64_t num_classes) {
@@ -265,7 +266,8 @@ Tensor cross_entropy_cuda(const Tensor& logits, const Tensor& targets, int64_t i
                                     row_max.data<float>(), row_lse.data<float>(), gl.data<float>(),
                                     static_cast<const unsigned long long*>(scan.raw_data()) + 1, dl.raw_data());
         return TensorList{dl};
-      });
+      },
+      {lc, tc});
 }
 
 // Arguments checked by dropout; training with p > 0.
@@ -312,7 +314,7 @@ Tensor gelu(const Tensor& x) {
       kc::gelu_backward<T>(xs.numel(), xs.data<T>(), gc.data<T>(), dx.data<T>());
     });
     return TensorList{dx};
-  });
+  }, {xc});
 }
 
 // ---- layer_norm ----
@@ -368,7 +370,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
                                      gb ? db.data<T>() : nullptr);
         });
         return TensorList{dx, dw, db};
-      });
+      },
+      {xc, wc});
 }
 
 // ---- softmax ----
@@ -401,7 +404,7 @@ Tensor softmax(const Tensor& x, int64_t dim) {
       kc::softmax_backward<T>(rows, C, y.data<T>(), gc.data<T>(), dx.data<T>());
     });
     return TensorList{dx};
-  });
+  }, {out});
 }
 
 // ---- embedding ----
@@ -452,7 +455,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
       });
     });
     return TensorList{dw};
-  });
+  }, {idc});
 }
 
 // ---- cross_entropy ----
@@ -516,7 +519,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
           });
         });
         return TensorList{dl};
-      });
+      },
+      {lc, tc});
 }
 
 // ---- dropout ----

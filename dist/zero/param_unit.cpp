@@ -329,6 +329,10 @@ void ParamUnit::unshard(CommPhase phase) {
     shard_off_->wait();
   }
   full_->materialize(MemoryCategory::Parameter);
+  // A gather brings back the values of the shards, which change only in refresh_params (which
+  // counts that change): the tensors autograd saved from these parameters must not look changed
+  // ([Note: version counter], core/storage.h), whatever the transport writes.
+  version_before_gather_ = full_->version();
   ctx_.trace(TraceKind::GatherIssue, *this, std::nullopt);  // before: the gather may finish at once
   if (secondary_.defined()) {
     pending_gather_ = ctx_.node_group->all_gather_async(secondary_, full_flat_);
@@ -337,6 +341,7 @@ void ParamUnit::unshard(CommPhase phase) {
   } else {
     pending_gather_ = ctx_.shards->all_gather_async(param_shard_, full_flat_);
   }
+  full_->set_version(*version_before_gather_);  // a transport that wrote at once; again when it lands
   param_state_ = ParamState::Unsharding;
 }
 
@@ -398,6 +403,7 @@ void ParamUnit::wait_unshard() {
   if (const auto at = pending_gather_->finished_at()) ctx_.trace(TraceKind::GatherFinished, *this, at);
   pending_gather_.reset();
   if (quant_recv_.defined()) dequantize_gathered();
+  if (version_before_gather_) full_->set_version(*std::exchange(version_before_gather_, std::nullopt));
   if (shard_off_) shard_off_->evict();  // read by the gather only; unchanged, so just freed
   param_state_ = ParamState::Unsharded;
   ctx_.trace(TraceKind::GatherDone, *this, std::nullopt);
@@ -416,6 +422,7 @@ void ParamUnit::reshard() {
 
 void ParamUnit::refresh_params() {
   drop_secondary();  // the parameters change
+  full_->bump_version();  // also where the optimizer wrote them in place, or only the shards
   const StagePolicy& pol = ctx_.policy;
   if (!pol.shard_optimizer) {
     if (separate_master_) {

@@ -1,7 +1,9 @@
-// The backward engine: accumulation, hooks, retain_graph, grad mode, and its errors.
+// The backward engine: accumulation, hooks, retain_graph, grad mode, and its errors; saved
+// tensors changed in place before the backward.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -57,6 +59,65 @@ TEST(Engine, BackwardTwiceNeedsRetainGraph) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("retain_graph"), std::string::npos) << e.what();
+  }
+}
+
+// [Note: saved tensors changed in place]: a backward refuses to compute from a tensor its op saved
+// and that was changed in place since (fill_, zero_, copy_, add_, through any view of its
+// storage), naming the op; a change to a tensor no backward reads, or one after the backward,
+// is fine. Each case gave a wrong gradient without a word before.
+TEST(Engine, ASavedTensorChangedInPlaceIsRefusedByItsBackward) {
+  auto refused = [](const std::function<void()>& f, const std::string& op) {
+    try {
+      f();
+      ADD_FAILURE() << "no error for " << op;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("backward through '" + op + "'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("changed in place after the forward"), std::string::npos) << msg;
+    }
+  };
+  {  // mul saved h: sum(h * h) then h.fill_(0) gave gradient 0 instead of 2h
+    Tensor x = rand_leaf({4}, 11);
+    Tensor h = mul(x, 3.0);
+    Tensor y = sum(mul(h, h));
+    h.fill_(0.0);
+    refused([&] { y.backward(); }, "mul");
+  }
+  {  // exp saved its output: add_ into it
+    Tensor x = rand_leaf({3}, 12);
+    Tensor e = exp(x);
+    Tensor z = sum(mul(e, 2.0));
+    add_(e, Tensor::ones({3}, DType::F64));
+    refused([&] { z.backward(); }, "exp");
+    Tensor w = rand_leaf({3}, 13);
+    Tensor ew = exp(w);
+    Tensor zw = sum(ew);
+    slice(ew, 0, 1, 2).copy_(Tensor::zeros({1}, DType::F64));  // through a view
+    refused([&] { zw.backward(); }, "exp");
+  }
+  {  // linear saved its input
+    Tensor x = rand_leaf({2, 3}, 14), w = rand_leaf({4, 3}, 15);
+    Tensor h = mul(x, 1.0);
+    Tensor y = sum(linear(h, w, Tensor()));
+    h.zero_();
+    refused([&] { y.backward(); }, "linear");
+  }
+  {  // a tensor no backward reads, and a change after the backward: fine, and the gradients right
+    Tensor x = rand_leaf({3}, 16);
+    Tensor h = mul(x, 2.0);
+    Tensor y = sum(add(h, 1.0));
+    h.fill_(5.0);
+    y.backward();
+    for (double g : x.grad().to_vector()) EXPECT_DOUBLE_EQ(g, 2.0);
+    Tensor a = rand_leaf({3}, 17);
+    Tensor b = mul(a, 1.0);
+    Tensor z = sum(mul(b, b));
+    const std::vector<double> bv = b.to_vector();
+    z.backward();
+    b.fill_(0.0);
+    const std::vector<double> ga = a.grad().to_vector();
+    for (size_t i = 0; i < ga.size(); ++i) EXPECT_DOUBLE_EQ(ga[i], 2 * bv[i]);
   }
 }
 

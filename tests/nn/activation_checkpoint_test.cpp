@@ -184,6 +184,29 @@ TEST(ActivationCheckpoint, IntegerOutputsAndAForwardOutsideAnyPosition) {
 }
 
 // A forward that changes between the pass and its recompute is named, not differentiated wrongly.
+// The recompute reads the checkpointed module's input and parameters again: one changed in place
+// after the forward would be recomputed from the new values (wrong gradients, silently); it is
+// refused, naming the module.
+TEST(ActivationCheckpoint, AnInputOrParameterChangedInPlaceIsRefused) {
+  for (int what = 0; what < 2; ++what) {
+    auto [plain, ckpt] = twin_linears(5, 3, 2);
+    Tensor x = Tensor::randn({4, 3}, 6, DType::F32);
+    x.set_requires_grad(true);
+    Tensor h = mul(x, 1.0);
+    Tensor y = sum((*ckpt)(h));
+    if (what == 0) h.fill_(1.0);
+    else ckpt->weight.fill_(0.5);
+    try {
+      y.backward();
+      ADD_FAILURE() << "no error, case " << what;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("ActivationCheckpoint(Linear)"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("changed in place"), std::string::npos) << msg;
+    }
+  }
+}
+
 TEST(ActivationCheckpoint, AForwardThatChangesShapeIsAClearError) {
   struct Unsteady : Module {
     int calls = 0;
