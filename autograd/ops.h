@@ -109,6 +109,10 @@ Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim = fa
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x [..., in] @ weight[out, in]^T + bias[out] -> [..., out]  (bias may be undefined).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// linear(gelu(linear(x, w_fc, b_fc)), w_proj, b_proj), the transformer's MLP, as one op: on a
+// GPU in bf16 the bias + GELU and its backward run in the GEMMs' epilogues ([Note: GELU in the
+// GEMM's epilogue], kernels/cuda/matmul.h); elsewhere it is those three ops.
+Tensor gelu_mlp(const Tensor& x, const Tensor& w_fc, const Tensor& b_fc, const Tensor& w_proj, const Tensor& b_proj);
 
 // ---- neural-network ops (autograd/ops/nn.cpp) ----
 Tensor gelu(const Tensor& x);  // tanh approximation, as GPT-2

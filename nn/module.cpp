@@ -246,6 +246,11 @@ void run_hooks(const List& list, Args&&... args) {
 }
 }  // namespace
 
+bool Module::has_hooks() const {
+  return hooks_ && !(hooks_->fwd_pre.empty() && hooks_->fwd_post.empty() && hooks_->bwd_pre.empty() &&
+                     hooks_->post_bwd.empty());
+}
+
 HookHandle::Table& Module::hook_table() {
   if (!hooks_) hooks_ = std::make_shared<HookHandle::Table>();
   return *hooks_;

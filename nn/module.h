@@ -135,6 +135,9 @@ class Module : public std::enable_shared_from_this<Module> {
   HookHandle register_forward_post_hook(ForwardPostHook h);
   HookHandle register_backward_pre_hook(BackwardHook h);
   HookHandle register_post_backward_hook(BackwardHook h);
+  // Whether any hook is registered (a module that fuses its children's ops keeps their calls
+  // when one has hooks).
+  bool has_hooks() const;
 
  private:
   void register_module_impl(const std::string& name, const std::shared_ptr<Module>& child);

@@ -40,7 +40,13 @@ MLP::MLP(const BlockOptions& o) : Module("MLP") {
 }
 
 Tensor MLP::forward(const Tensor& x) {
-  Tensor y = (*c_proj)(gelu((*c_fc)(x)));
+  // One op where it can fuse the bias + GELU into the GEMMs on a GPU ([Note: GELU in the GEMM's
+  // epilogue], kernels/cuda/matmul.h); the children's own calls where they have hooks or
+  // checkpointing of their own.
+  const bool one_op = x.device().is_cuda() && !c_fc->has_hooks() && !c_proj->has_hooks() &&
+                      !c_fc->activation_checkpointing() && !c_proj->activation_checkpointing();
+  Tensor y = one_op ? gelu_mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias)
+                    : (*c_proj)(gelu((*c_fc)(x)));
   return dropout ? (*dropout)(y) : y;
 }
 

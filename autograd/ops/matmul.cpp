@@ -16,7 +16,8 @@
 //
 // CUDA (f32, bf16): the same Mats go to the cuBLASLt twins (kernels/cuda/matmul.h) with
 // device pointers; bf16 runs natively (bf16 in/out, f32 accumulation, one rounding), and
-// linear's bias is fused into the forward GEMM's epilogue.
+// linear's bias is fused into the forward GEMM's epilogue. gelu_mlp, the transformer's MLP, puts
+// the bias + GELU and its backward into the GEMMs' epilogues there too.
 #include <algorithm>
 #include <utility>
 
@@ -26,6 +27,7 @@
 #include "autograd/ops/op_checks.h"
 #include "kernels/cpu/matmul.h"
 #ifdef ZDL_WITH_CUDA
+#include "kernels/cuda/gelu.h"
 #include "kernels/cuda/matmul.h"
 #endif
 
@@ -144,6 +146,13 @@ void gemm_into(const Tensor& out, const Mats& a, const Mats& b, bool accumulate,
   });
 }
 
+// linear's bias gradient: dy summed over every row.
+Tensor bias_grad(const Tensor& dy) {
+  std::vector<int64_t> rows(static_cast<size_t>(dy.dim() - 1));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+  return rows.empty() ? dy.contiguous_copy() : sum(dy, rows);
+}
+
 Tensor product(const Shape& shape, const Mats& a, const Mats& b, const char* op) {
   Tensor out = Tensor::empty(shape, a.t.dtype(), a.t.device());
   gemm_into(out, a, b, /*accumulate=*/false, op);
@@ -224,16 +233,87 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       "linear", {x, weight, bias}, y,
       [X, W, gx, gw, gbias, sx = x.shape(), sw = weight.shape()](const TensorList& g) {
         Mats G = as_mats(g[0], /*fold=*/true);
-        Tensor db;
-        if (gbias) {
-          std::vector<int64_t> rows(static_cast<size_t>(g[0].dim() - 1));
-          for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
-          db = rows.empty() ? g[0].contiguous_copy() : sum(g[0], rows);
-        }
+        Tensor db = gbias ? bias_grad(g[0]) : Tensor();
         return TensorList{gx ? product(sx, G, W, "linear backward") : Tensor(),
                           gw ? product(sw, G.transposed(), X, "linear backward") : Tensor(), db};
       },
       {gx ? W.t : Tensor(), gw ? X.t : Tensor()});
+}
+
+#ifdef ZDL_WITH_CUDA
+namespace {
+
+// gelu_mlp's arguments that the fused path takes: bf16 on one GPU, both biases, shapes that
+// chain. Anything else goes to the three ops (which name what is wrong).
+bool fusable_mlp(const Tensor& x, const Tensor& w_fc, const Tensor& b_fc, const Tensor& w_proj, const Tensor& b_proj) {
+  for (const Tensor* t : {&x, &w_fc, &b_fc, &w_proj, &b_proj})
+    if (!t->defined() || t->device() != x.device() || t->dtype() != DType::BF16) return false;
+  return x.device().is_cuda() && x.dim() >= 1 && x.numel() > 0 && w_fc.dim() == 2 && w_proj.dim() == 2 &&
+         b_fc.dim() == 1 && b_proj.dim() == 1 && x.size(-1) == w_fc.size(1) && b_fc.size(0) == w_fc.size(0) &&
+         w_proj.size(1) == w_fc.size(0) && b_proj.size(0) == w_proj.size(0) && w_fc.size(0) > 0 && w_proj.size(0) > 0;
+}
+
+Tensor contiguous_detached(const Tensor& t) { return t.is_contiguous() ? t.detach() : t.contiguous_copy(); }
+
+}  // namespace
+#endif
+
+Tensor gelu_mlp(const Tensor& x, const Tensor& w_fc, const Tensor& b_fc, const Tensor& w_proj, const Tensor& b_proj) {
+#ifdef ZDL_WITH_CUDA
+  if (fusable_mlp(x, w_fc, b_fc, w_proj, b_proj)) {
+    namespace kcu = kernels::cuda;
+    const DType dt = x.dtype();
+    const Device dev = x.device();
+    const int64_t C = w_fc.size(1), H = w_fc.size(0), C2 = w_proj.size(0);
+    const Mats X = as_mats(x.detach(), /*fold=*/true), W1 = as_mats(w_fc.detach(), false),
+               W2 = as_mats(w_proj.detach(), false);
+    const Tensor b1 = contiguous_detached(b_fc), b2 = contiguous_detached(b_proj);
+    Shape hidden = x.shape();
+    hidden.back() = H;
+    Tensor pre = Tensor::empty(hidden, dt, dev), h = Tensor::empty(hidden, dt, dev);  // gelu's input and output
+    const Mats W1t = W1.transposed(), W2t = W2.transposed();
+    if (!kcu::gemm_bias_gelu(dt, X.rows, H, C, X.trans, X.t.raw_data(), X.ld, W1t.trans, W1t.t.raw_data(), W1t.ld,
+                             b1.raw_data(), h.raw_data(), H, pre.raw_data(), H)) {
+      kcu::gemm_bias(dt, X.rows, H, C, X.trans, X.t.raw_data(), X.ld, W1t.trans, W1t.t.raw_data(), W1t.ld,
+                     b1.raw_data(), pre.raw_data(), H);
+      kcu::gelu_forward(dt, pre.numel(), pre.raw_data(), h.raw_data());
+    }
+    Shape out_shape = x.shape();
+    out_shape.back() = C2;
+    Tensor y = Tensor::empty(out_shape, dt, dev);
+    kcu::gemm_bias(dt, X.rows, C2, H, false, h.raw_data(), H, W2t.trans, W2t.t.raw_data(), W2t.ld, b2.raw_data(),
+                   y.raw_data(), C2);
+    const bool gx = x.requires_grad(), g1 = w_fc.requires_grad(), gb1 = b_fc.requires_grad(),
+               g2 = w_proj.requires_grad(), gb2 = b_proj.requires_grad();
+    // dh = dy W2 and dpre = gelu'(pre) dh (one GEMM with its epilogue, which also sums db1), then
+    // linear's gradients on each side.
+    return autograd::record(
+        "gelu_mlp", {x, w_fc, b_fc, w_proj, b_proj}, y,
+        [X, W1, W2, pre, h, gx, g1, gb1, g2, gb2, sx = x.shape(), s1 = w_fc.shape(), s2 = w_proj.shape()](
+            const TensorList& g) {
+          const DType dt = pre.dtype();
+          const Device dev = pre.device();
+          const int64_t H = pre.size(-1), C2 = W2.rows;
+          const Mats G = as_mats(g[0], /*fold=*/true), Hm = as_mats(h, true);
+          Tensor dw2 = g2 ? product(s2, G.transposed(), Hm, "gelu_mlp backward") : Tensor();
+          Tensor db2 = gb2 ? bias_grad(g[0]) : Tensor();
+          Tensor dpre = Tensor::empty(pre.shape(), dt, dev);
+          Tensor db1 = Tensor::empty({H}, dt, dev);
+          if (!kcu::gemm_dgelu_bgrad(dt, G.rows, H, C2, G.trans, G.t.raw_data(), G.ld, W2.trans, W2.t.raw_data(),
+                                     W2.ld, pre.raw_data(), H, dpre.raw_data(), H, db1.raw_data())) {
+            Tensor dh = product(pre.shape(), G, W2, "gelu_mlp backward");
+            kcu::gelu_backward(dt, pre.numel(), pre.raw_data(), dh.raw_data(), dpre.raw_data());
+            if (gb1) db1 = bias_grad(dpre);
+          }
+          const Mats D = as_mats(dpre, true);
+          return TensorList{gx ? product(sx, D, W1, "gelu_mlp backward") : Tensor(),
+                            g1 ? product(s1, D.transposed(), X, "gelu_mlp backward") : Tensor(), gb1 ? db1 : Tensor(),
+                            dw2, db2};
+        },
+        {X.t, W1.t, W2.t, pre, h});
+  }
+#endif
+  return linear(gelu(linear(x, w_fc, b_fc)), w_proj, b_proj);
 }
 
 }  // namespace zdl

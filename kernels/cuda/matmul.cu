@@ -7,7 +7,9 @@
 //   cuBLASLt B := our A buffer: stored col-major [K, M] (op N) or, when trans_a, [M, K] (op T)
 //   cuBLASLt C = D := our C buffer: col-major [N, M], ld = ldc;  m = N, n = M, k = K.
 // The bias of CUBLASLT_EPILOGUE_BIAS has one value per row of D, i.e. per column of our C:
-// exactly linear's bias over output features, broadcast over our rows.
+// exactly linear's bias over output features, broadcast over our rows. The same holds for the
+// GELU epilogues: their auxiliary matrix (the GELU's input) has D's layout, and the bias
+// gradient of DGELU_BGRAD sums D's columns, i.e. our C's rows, one value per output feature.
 //
 // [Note: plans] Building descriptors and running the heuristic costs tens of microseconds, so
 // each thread keeps, per device, a cache of plans keyed by everything the choice depends on:
@@ -20,7 +22,10 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
+#include <cstdlib>
+#include <string>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -72,17 +77,33 @@ uint32_t batch_alignment(const void* p, int64_t batch, int64_t stride, size_t el
   return align;
 }
 
+// What cuBLASLt does to the product before it is stored (batch == 1 only, except None).
+enum class Epilogue : uint8_t {
+  None,
+  Bias,         // D = AB + bias
+  GeluAuxBias,  // aux = AB + bias, D = gelu(aux)
+  DGeluBGrad,   // D = gelu'(aux) * AB, bias = column sums of D (an output)
+};
+
+struct EpilogueArgs {
+  Epilogue kind = Epilogue::None;
+  const void* bias = nullptr;  // an output for DGeluBGrad
+  void* aux = nullptr;         // written by GeluAuxBias, read by DGeluBGrad
+  int64_t ld_aux = 0;
+};
+
 struct PlanKey {
   DType dtype;
   int64_t batch, M, N, K;
   bool trans_a, trans_b;
   int64_t lda, ldb, ldc, stride_a, stride_b, stride_c;
-  bool bias;
-  uint32_t align_a, align_b, align_c, align_bias;
+  Epilogue epilogue;
+  int64_t ld_aux;
+  uint32_t align_a, align_b, align_c, align_bias, align_aux;
 
   auto tie() const {
-    return std::tie(dtype, batch, M, N, K, trans_a, trans_b, lda, ldb, ldc, stride_a, stride_b, stride_c, bias, align_a,
-                    align_b, align_c, align_bias);
+    return std::tie(dtype, batch, M, N, K, trans_a, trans_b, lda, ldb, ldc, stride_a, stride_b, stride_c, epilogue,
+                    ld_aux, align_a, align_b, align_c, align_bias, align_aux);
   }
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
@@ -104,6 +125,16 @@ struct Plan {
     if (desc) cublasLtMatmulDescDestroy(desc);
   }
 };
+
+// The per-call pointers of an epilogue (the plan is per thread, so setting them cannot race).
+void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const EpilogueArgs& e) {
+  if (e.kind == Epilogue::None) return;
+  ZDL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof e.bias));
+  if (e.kind == Epilogue::Bias) return;
+  ZDL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof e.aux));
+  ZDL_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &e.ld_aux, sizeof e.ld_aux));
+}
 
 // One per (host thread, device): handles, the workspace and the plan cache.
 class GemmContext {
@@ -153,16 +184,16 @@ class GemmContext {
     return blas_;
   }
 
-  const Plan& plan(const PlanKey& key, const void* bias) {
+  const Plan& plan(const PlanKey& key, const EpilogueArgs& e) {
     auto it = plans_.find(key);
     if (it != plans_.end()) return *it->second;
     if (plans_.size() >= kMaxPlans) plans_.clear();
-    auto p = build_plan(key, bias);
+    auto p = build_plan(key, e);
     return *plans_.emplace(key, std::move(p)).first->second;
   }
 
  private:
-  std::unique_ptr<Plan> build_plan(const PlanKey& k, const void* bias) {
+  std::unique_ptr<Plan> build_plan(const PlanKey& k, const EpilogueArgs& e) {
     auto p = std::make_unique<Plan>();
     const cudaDataType_t t = cuda_type(k.dtype);
     ZDL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -170,11 +201,13 @@ class GemmContext {
     const int32_t op_b = k.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our A
     ZDL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
     ZDL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
-    if (k.bias) {
-      const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    if (k.epilogue != Epilogue::None) {
+      const uint32_t epilogue = k.epilogue == Epilogue::Bias          ? CUBLASLT_EPILOGUE_BIAS
+                                : k.epilogue == Epilogue::GeluAuxBias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                                      : CUBLASLT_EPILOGUE_DGELU_BGRAD;
       ZDL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-      // The heuristic reads the bias pointer's alignment from here (the pointer is set again per call).
-      ZDL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+      // The heuristic reads the pointers' alignment from here (they are set again per call).
+      set_epilogue_pointers(p->desc, e);
     }
     // Stored (column-major) shapes; see [Note: row-major on a column-major library].
     ZDL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lt_a, t, k.trans_b ? k.K : k.N, k.trans_b ? k.N : k.K, k.ldb));
@@ -237,6 +270,7 @@ class GemmContext {
 
 GemmContext& context() { return thread_device_context<GemmContext>(); }
 
+
 void check_args(DType dtype, int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, int64_t lda, bool trans_b,
                 int64_t ldb, int64_t ldc, int64_t stride_c) {
   (void)cuda_type(dtype);
@@ -279,24 +313,43 @@ void zero_matrices(DType dtype, int64_t batch, int64_t M, int64_t N, void* c, in
                                      N * es, M, compute_stream()));
 }
 
-// One product (strided batch), bias optional (batch == 1 only). Sizes are non-zero here.
-void run_product(DType dtype, int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, const void* a, int64_t lda,
+// One product (strided batch), an epilogue only with batch == 1. Sizes are non-zero here.
+// False only for a GELU epilogue cuBLASLt has no algorithm for (nothing was written).
+bool run_product(DType dtype, int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, const void* a, int64_t lda,
                  int64_t stride_a, bool trans_b, const void* b, int64_t ldb, int64_t stride_b, void* c, int64_t ldc,
-                 int64_t stride_c, bool accumulate, const void* bias) {
+                 int64_t stride_c, bool accumulate, const EpilogueArgs& e) {
   GemmContext& ctx = context();
   if (batch == 1) stride_a = stride_b = stride_c = 0;  // unused; keeps one plan per problem
   const size_t es = element_size(dtype);
-  PlanKey key{dtype,   batch,    M,        N,        K,    trans_a,        trans_b,        lda,
-              ldb,     ldc,      stride_a, stride_b, stride_c, bias != nullptr, batch_alignment(a, batch, stride_a, es),
-              batch_alignment(b, batch, stride_b, es), batch_alignment(c, batch, stride_c, es),
-              bias ? alignment_of(bias) : 0u};
-  const Plan& plan = ctx.plan(key, bias);
+  const bool gelu = e.kind == Epilogue::GeluAuxBias || e.kind == Epilogue::DGeluBGrad;
+  PlanKey key{dtype,
+              batch,
+              M,
+              N,
+              K,
+              trans_a,
+              trans_b,
+              lda,
+              ldb,
+              ldc,
+              stride_a,
+              stride_b,
+              stride_c,
+              e.kind,
+              gelu ? e.ld_aux : 0,
+              batch_alignment(a, batch, stride_a, es),
+              batch_alignment(b, batch, stride_b, es),
+              batch_alignment(c, batch, stride_c, es),
+              e.bias ? alignment_of(e.bias) : 0u,
+              gelu ? alignment_of(e.aux) : 0u};
+  const Plan& plan = ctx.plan(key, e);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   if (!plan.use_lt) {
-    if (bias) {  // no fused algorithm: bias rows first, then accumulate the product onto them
-      write_bias_rows(dtype, M, N, bias, c, ldc);
+    if (gelu) return false;
+    if (e.kind == Epilogue::Bias) {  // no fused algorithm: bias rows first, then accumulate the product onto them
+      write_bias_rows(dtype, M, N, e.bias, c, ldc);
       return run_product(dtype, batch, M, N, K, trans_a, a, lda, stride_a, trans_b, b, ldb, stride_b, c, ldc, stride_c,
-                         /*accumulate=*/true, nullptr);
+                         /*accumulate=*/true, EpilogueArgs{});
     }
     const cudaDataType_t t = cuda_type(dtype);
     ZDL_CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx.blas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -305,12 +358,12 @@ void run_product(DType dtype, int64_t batch, int64_t M, int64_t N, int64_t K, bo
                                                 static_cast<int>(ldb), stride_b, a, t, static_cast<int>(lda), stride_a,
                                                 &beta, c, t, static_cast<int>(ldc), stride_c, static_cast<int>(batch),
                                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    return;
+    return true;
   }
-  if (bias)  // the plan is per thread, so setting the pointer here cannot race
-    ZDL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  set_epilogue_pointers(plan.desc, e);
   ZDL_CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), plan.desc, &alpha, b, plan.lt_a, a, plan.lt_b, &beta, c, plan.lt_c, c,
                                   plan.lt_c, &plan.algo, ctx.workspace(), kWorkspaceBytes, compute_stream()));
+  return true;
 }
 
 void gemm_any(DType dtype, int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a, const void* a, int64_t lda,
@@ -330,12 +383,25 @@ void gemm_any(DType dtype, int64_t batch, int64_t M, int64_t N, int64_t K, bool 
     for (int64_t i = 0; i < batch; ++i)
       run_product(dtype, 1, M, N, K, trans_a, static_cast<const char*>(a) + static_cast<size_t>(i * stride_a) * es, lda,
                   0, trans_b, static_cast<const char*>(b) + static_cast<size_t>(i * stride_b) * es, ldb, 0,
-                  static_cast<char*>(c) + static_cast<size_t>(i * stride_c) * es, ldc, 0, accumulate, nullptr);
+                  static_cast<char*>(c) + static_cast<size_t>(i * stride_c) * es, ldc, 0, accumulate, EpilogueArgs{});
     return;
   }
   run_product(dtype, batch, M, N, K, trans_a, a, lda, stride_a, trans_b, b, ldb, stride_b, c, ldc, stride_c, accumulate,
-              bias);
+              bias ? EpilogueArgs{.kind = Epilogue::Bias, .bias = bias} : EpilogueArgs{});
 }
+
+// The GELU epilogues' conditions that the heuristic does not check itself: bf16 (f32 keeps
+// the CPU's formula to 1e-6, the epilogue's GELU need not), a 16-byte aligned bias and
+// auxiliary matrix whose leading dimension is a multiple of 8 (cuBLASLt's rule for aux).
+bool gelu_epilogue_allowed(DType dtype, const void* bias, const void* aux, int64_t ld_aux) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("ZDL_CUDA_GELU_EPILOGUE");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return enabled && dtype == DType::BF16 && alignment_of(bias) >= 16 && alignment_of(aux) >= 16 && ld_aux % 8 == 0;
+}
+
+std::atomic<int64_t> g_gelu_epilogues{0};
 
 }  // namespace
 
@@ -350,6 +416,32 @@ void gemm_batched(DType dtype, int64_t batch, int64_t M, int64_t N, int64_t K, b
   gemm_any(dtype, batch, M, N, K, trans_a, a, lda, stride_a, trans_b, b, ldb, stride_b, c, ldc, stride_c, accumulate,
            nullptr);
 }
+
+bool gemm_bias_gelu(DType dtype, int64_t M, int64_t N, int64_t K, bool trans_a, const void* a, int64_t lda, bool trans_b,
+                    const void* b, int64_t ldb, const void* bias, void* c, int64_t ldc, void* pre, int64_t ldpre) {
+  check_args(dtype, 1, M, N, K, trans_a, lda, trans_b, ldb, ldc, 0);
+  ZDL_CHECK(ldpre >= N, "cuda gemm_bias_gelu: ldpre=", ldpre, " too small for [M,N]=[", M, ",", N, "]");
+  if (M == 0 || N == 0 || K == 0 || !gelu_epilogue_allowed(dtype, bias, pre, ldpre)) return false;
+  const bool done = run_product(dtype, 1, M, N, K, trans_a, a, lda, 0, trans_b, b, ldb, 0, c, ldc, 0, false,
+                                EpilogueArgs{.kind = Epilogue::GeluAuxBias, .bias = bias, .aux = pre, .ld_aux = ldpre});
+  if (done) g_gelu_epilogues.fetch_add(1, std::memory_order_relaxed);
+  return done;
+}
+
+bool gemm_dgelu_bgrad(DType dtype, int64_t M, int64_t N, int64_t K, bool trans_a, const void* a, int64_t lda,
+                      bool trans_b, const void* b, int64_t ldb, const void* pre, int64_t ldpre, void* dpre,
+                      int64_t lddpre, void* dbias) {
+  check_args(dtype, 1, M, N, K, trans_a, lda, trans_b, ldb, lddpre, 0);
+  ZDL_CHECK(ldpre >= N, "cuda gemm_dgelu_bgrad: ldpre=", ldpre, " too small for [M,N]=[", M, ",", N, "]");
+  if (M == 0 || N == 0 || K == 0 || !gelu_epilogue_allowed(dtype, dbias, pre, ldpre)) return false;
+  const bool done =
+      run_product(dtype, 1, M, N, K, trans_a, a, lda, 0, trans_b, b, ldb, 0, dpre, lddpre, 0, false,
+                  EpilogueArgs{.kind = Epilogue::DGeluBGrad, .bias = dbias, .aux = const_cast<void*>(pre), .ld_aux = ldpre});
+  if (done) g_gelu_epilogues.fetch_add(1, std::memory_order_relaxed);
+  return done;
+}
+
+int64_t gelu_epilogue_calls() { return g_gelu_epilogues.load(std::memory_order_relaxed); }
 
 void gemm_bias(DType dtype, int64_t M, int64_t N, int64_t K, bool trans_a, const void* a, int64_t lda, bool trans_b,
                const void* b, int64_t ldb, const void* bias, void* c, int64_t ldc) {

@@ -56,4 +56,24 @@ void gemm_batched(DType dtype, int64_t batch, int64_t M, int64_t N, int64_t K, b
 void gemm_bias(DType dtype, int64_t M, int64_t N, int64_t K, bool trans_a, const void* a, int64_t lda, bool trans_b,
                const void* b, int64_t ldb, const void* bias, void* c, int64_t ldc);
 
+// [Note: GELU in the GEMM's epilogue] The MLP's bias + GELU and their backward ride on the
+// products next to them, so neither reads or writes the [rows, 4C] activations on its own:
+//   gemm_bias_gelu:   pre = op(A) op(B) + bias, C = gelu(pre)   (CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+//   gemm_dgelu_bgrad: dpre = gelu'(pre) * (op(A) op(B)), dbias = column sums of dpre
+//                     (CUBLASLT_EPILOGUE_DGELU_BGRAD: the gradient through the GELU and its
+//                     bias, straight from the product that makes the GELU output's gradient)
+// cuBLASLt's GELU is the tanh form (kernels/cpu/gelu.h), computed in f32 on the unrounded
+// product before the one rounding of each output. bf16 only: in f32 the separate kernels keep
+// the CPU's results to 1e-6. pre / dbias / bias 16-byte aligned, ldpre a multiple of 8.
+// Each returns false, writing nothing, where those conditions fail or cuBLASLt offers no
+// algorithm (the caller then runs gemm_bias and the GELU kernels);
+// ZDL_CUDA_GELU_EPILOGUE=0 turns both off.
+bool gemm_bias_gelu(DType dtype, int64_t M, int64_t N, int64_t K, bool trans_a, const void* a, int64_t lda, bool trans_b,
+                    const void* b, int64_t ldb, const void* bias, void* c, int64_t ldc, void* pre, int64_t ldpre);
+bool gemm_dgelu_bgrad(DType dtype, int64_t M, int64_t N, int64_t K, bool trans_a, const void* a, int64_t lda,
+                      bool trans_b, const void* b, int64_t ldb, const void* pre, int64_t ldpre, void* dpre,
+                      int64_t lddpre, void* dbias);
+// Products that ran with a GELU epilogue so far (tests check the fused path is taken).
+int64_t gelu_epilogue_calls();
+
 }  // namespace zdl::kernels::cuda

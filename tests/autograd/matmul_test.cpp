@@ -200,6 +200,17 @@ TEST(Linear, MatchesMatmulPlusBias) {
   expect_close(linear(x, w, b).to_vector(), add(matmul(x, transpose(w, 0, 1)), b).to_vector(), 1e-5);
 }
 
+// gelu_mlp on the CPU is linear, gelu, linear (the GPU fuses it: tests/cuda): its gradients
+// check, and a bad shape gets linear's message.
+TEST(Linear, GeluMlpGradientsAndErrors) {
+  expect_gradcheck([](const std::vector<Tensor>& x) { return gelu_mlp(x[0], x[1], x[2], x[3], x[4]); },
+                   {rand_leaf({2, 3, 5}, 45), rand_leaf({8, 5}, 46), rand_leaf({8}, 47), rand_leaf({5, 8}, 48),
+                    rand_leaf({5}, 49)});
+  expect_error_mentions([] { gelu_mlp(Tensor::ones({4, 6}), Tensor::ones({8, 5}), Tensor::ones({8}), Tensor::ones({6, 8}),
+                                      Tensor::ones({6})); },
+                        {"[4,6]", "[8,5]"});
+}
+
 TEST(Matmul, ShapeErrorsShowBothShapes) {
   const auto npos = std::string::npos;
   try {

@@ -4,7 +4,7 @@
 // bias epilogue and its unaligned-bias fallback, and misaligned pointers; then matmul and linear
 // forward and backward against the CPU ops (f32 relative 1e-5, bf16 1e-2) on odd sizes with
 // transposed, sliced and batched operands; bit-equal repeated runs; the workspace in the memory
-// ledger; and the CPU's errors. Skips without a GPU.
+// ledger; the MLP with its GELU in the epilogues; and the CPU's errors. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -225,6 +225,48 @@ TEST(CudaLinear, MatchesCpuForwardAndBackward) {
       compare([](const TL& t) { return linear(t[0], transpose(t[1], 0, 1), slice(t[2], 0, 1, t[2].size(0))); },
               {x, wt, bb}, dt, "linear(w^T view, sliced bias)" + s);
     }
+  }
+}
+
+// [Note: GELU in the GEMM's epilogue]: the transformer MLP as one op against the CPU's three ops
+// (linear, gelu, linear) in bf16, forward and all five gradients, on the GPT's aligned sizes (the
+// epilogues must run: two more epilogue calls, forward and backward) and on odd ones (a hidden
+// width whose leading dimension is no multiple of 8: the separate kernels); in f32 the op is the
+// three ops on the GPU, bit for bit.
+namespace {
+int64_t gelu_epilogues() {
+#ifdef ZDL_WITH_CUDA
+  return kernels::cuda::gelu_epilogue_calls();
+#else
+  return 0;  // never reached: the test skips without a GPU
+#endif
+}
+}  // namespace
+
+TEST(CudaLinear, GeluMlpMatchesTheCpusThreeOps) {
+  ZDL_REQUIRE_GPU();
+  auto mlp = [](const TL& t) { return gelu_mlp(t[0], t[1], t[2], t[3], t[4]); };
+  auto three = [](const TL& t) { return linear(gelu(linear(t[0], t[1], t[2])), t[3], t[4]); };
+  struct M {
+    Shape x;
+    int64_t hidden;
+    bool fused;
+  };
+  for (M m : {M{{2, 48, 64}, 256, true}, M{{96, 128}, 512, true}, M{{7, 24}, 36, false}}) {
+    const int64_t C = m.x.back();
+    const DType dt = DType::BF16;
+    TL in = {Tensor::randn(m.x, 1, dt), Tensor::randn({m.hidden, C}, 2, dt, Device::cpu(), 0, 0.0, 0.1),
+             Tensor::randn({m.hidden}, 3, dt, Device::cpu(), 0, 0.0, 0.1),
+             Tensor::randn({C, m.hidden}, 4, dt, Device::cpu(), 0, 0.0, 0.1),
+             Tensor::randn({C}, 5, dt, Device::cpu(), 0, 0.0, 0.1)};
+    const std::string what = "gelu_mlp x=" + shape_str(m.x) + " hidden=" + std::to_string(m.hidden);
+    const int64_t before = gelu_epilogues();
+    OpRun gpu = run_op(mlp, in, Device::cuda());
+    EXPECT_EQ(gelu_epilogues() - before, m.fused ? 2 : 0) << what;
+    expect_close(gpu, run_op(three, in, Device::cpu()), tolerance(dt), what);
+    TL in32;
+    for (const Tensor& t : in) in32.push_back(t.to(DType::F32));
+    expect_bit_equal(run_op(mlp, in32, Device::cuda()), run_op(three, in32, Device::cuda()), what + " f32");
   }
 }
 

@@ -198,6 +198,12 @@ TEST(Module, RemovedHooksNoLongerFire) {
   events.clear();
   sum((*m)(x)).backward();
   EXPECT_EQ(events, std::vector<std::string>{"kept"});
+  EXPECT_TRUE(m->has_hooks());
+  kept.remove();
+  EXPECT_FALSE(m->has_hooks());  // every hook removed
+  EXPECT_FALSE(std::make_shared<TwoLayer>()->has_hooks());
+  kept = m->register_post_backward_hook([](Module&) {});
+  EXPECT_TRUE(m->has_hooks());
   m.reset();
   kept.remove();  // the module is gone: a no-op
 }
