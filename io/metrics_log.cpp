@@ -1,6 +1,8 @@
 #include "io/metrics_log.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -93,9 +95,22 @@ MetricsLog::~MetricsLog() {
 void MetricsLog::write(const nlohmann::json& line) {
   if (!file_) return;
   const std::string text = line.dump() + "\n";
+  // A FIFO whose reader went away raises SIGPIPE, which ended the run without a word (exit 141):
+  // blocked for this write, the write fails with EPIPE instead and says so like any other write
+  // error; the signal it left pending is taken back.
+  sigset_t pipe_signal, before;
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_signal, &before);
   errno = 0;
   const bool ok = std::fwrite(text.data(), 1, text.size(), file_) == text.size() && std::fflush(file_) == 0;
-  if (!ok) throw Error(detail::str("cannot write the metrics file '", path_, "': ", errno ? std::strerror(errno) : "write error"));
+  const int err = errno;
+  if (err == EPIPE && !sigismember(&before, SIGPIPE)) {
+    const timespec now{0, 0};
+    (void)sigtimedwait(&pipe_signal, nullptr, &now);
+  }
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  if (!ok) throw Error(detail::str("cannot write the metrics file '", path_, "': ", err ? std::strerror(err) : "write error"));
 }
 
 }  // namespace zdl::io

@@ -3,6 +3,7 @@
 // FIFO without a reader is an error, not a wait.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -106,6 +107,30 @@ TEST(MetricsLog, AFifoWithoutAReaderIsRefusedAndOneWithAReaderIsWritten) {
   const ssize_t n = ::read(reader, buf, sizeof buf);
   ::close(reader);
   EXPECT_EQ(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0), "{\"step\":1}\n");
+}
+
+// A FIFO whose reader goes away mid-run: the next write used to end the process by SIGPIPE
+// (this test's process too); now it throws the metrics error naming the file, and no SIGPIPE is
+// left pending.
+TEST(MetricsLog, AFifoWhoseReaderLeftIsAWriteErrorNotASignal) {
+  testing::TempDir dir;
+  const std::string fifo = dir.path() + "/metrics.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  MetricsLog log(fifo, /*rank=*/0, /*all_ranks=*/false);
+  log.write({{"step", 1}});
+  ::close(reader);
+  std::string message;
+  try {
+    log.write({{"step", 2}});
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("cannot write the metrics file '" + fifo + "': Broken pipe"), std::string::npos) << message;
+  sigset_t pending;
+  sigpending(&pending);
+  EXPECT_FALSE(sigismember(&pending, SIGPIPE));
 }
 
 }  // namespace
