@@ -19,24 +19,27 @@ Tensor make_view(const Tensor& a, const Shape& shape, const Shape& strides, int6
   return Tensor::from_storage(a.storage(), shape, strides, offset, a.dtype());
 }
 
-Shape infer_shape(const Tensor& a, const Shape& shape) {
+Shape infer_shape(const char* op, const Tensor& a, const Shape& shape) {
   Shape out = shape;
   int64_t known = 1, infer = -1;
+  bool overflow = false;
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == -1) {
-      ZDL_CHECK(infer < 0, "reshape: more than one -1 in shape=", shape_str(shape));
+      ZDL_CHECK(infer < 0, op, ": more than one -1 in shape=", shape_str(shape));
       infer = static_cast<int64_t>(i);
     } else {
-      ZDL_CHECK(out[i] >= 0, "reshape: negative size in shape=", shape_str(shape));
-      known *= out[i];
+      ZDL_CHECK(out[i] >= 0, op, ": negative size in shape=", shape_str(shape));
+      overflow = overflow || __builtin_mul_overflow(known, out[i], &known);
     }
   }
+  ZDL_CHECK(!overflow, op, ": shape=", shape_str(shape), " has more elements than 64 bits count (tensor shape=",
+            shape_str(a.shape()), ")");
   if (infer >= 0) {
-    ZDL_CHECK(known > 0 && a.numel() % known == 0, "reshape: cannot reshape shape=", shape_str(a.shape()), " (",
-              a.numel(), " elements) into ", shape_str(shape));
+    ZDL_CHECK(known > 0 && a.numel() % known == 0, op, ": cannot make shape=", shape_str(a.shape()), " (", a.numel(),
+              " elements) into ", shape_str(shape));
     out[infer] = a.numel() / known;
   }
-  ZDL_CHECK(numel_of(out) == a.numel(), "reshape: cannot reshape shape=", shape_str(a.shape()), " (", a.numel(),
+  ZDL_CHECK(numel_of(out) == a.numel(), op, ": cannot make shape=", shape_str(a.shape()), " (", a.numel(),
             " elements) into ", shape_str(shape), " (", numel_of(out), " elements)");
   return out;
 }
@@ -80,7 +83,7 @@ Tensor reshape_backward_fn(const Tensor& a, Tensor out) {
 
 Tensor view(const Tensor& a, const Shape& shape) {
   check_defined(a, "view", "a");
-  Shape s = infer_shape(a, shape);
+  Shape s = infer_shape("view", a, shape);
   std::optional<Shape> strides = view_strides(a, s);
   ZDL_CHECK(strides.has_value(), "view: tensor of shape=", shape_str(a.shape()), " strides=", shape_str(a.strides()),
             " cannot be seen as shape=", shape_str(s), " without a copy; use reshape() (which copies then) or ",
@@ -92,7 +95,7 @@ Tensor view(const Tensor& a, const Shape& shape) {
 // otherwise.
 Tensor reshape(const Tensor& a, const Shape& shape) {
   check_defined(a, "reshape", "a");
-  Shape s = infer_shape(a, shape);
+  Shape s = infer_shape("reshape", a, shape);
   if (std::optional<Shape> strides = view_strides(a, s)) return reshape_backward_fn(a, make_view(a, s, *strides, a.offset()));
   return view(contiguous(a), s);
 }
@@ -182,8 +185,9 @@ Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t s
   ZDL_CHECK(start >= 0 && start <= end, "slice: range [", start, ", ", end, ") invalid for dimension ", d,
             " of size ", n, " (shape=", shape_str(a.shape()), ")");
   Shape shape = a.shape(), strides = a.strides();
-  shape[d] = (end - start + step - 1) / step;
-  strides[d] *= step;
+  shape[d] = end == start ? 0 : (end - start - 1) / step + 1;  // (end - start + step - 1) overflowed for a huge step
+  // One element or none: the stride is never used (a huge step would overflow it).
+  if (shape[d] > 1) ZDL_CHECK(!__builtin_mul_overflow(strides[d], step, &strides[d]), "slice: step ", step, " too large");
   Tensor out = make_view(a, shape, strides, a.offset() + start * a.strides()[d]);
   return autograd::record("slice", {a}, out, [in_shape = a.shape(), d, start, end, step](const TensorList& g) {
     Tensor gi = Tensor::zeros(in_shape, g[0].dtype(), g[0].device());

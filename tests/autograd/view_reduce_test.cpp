@@ -2,6 +2,8 @@
 // including non-contiguous inputs, plus forward values and error messages.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 #include "autograd/node.h"
 #include "gradcheck.h"
 
@@ -149,6 +151,14 @@ TEST(Views, ErrorsNameShapes) {
   expect_msg([&] { split(a, {1, 2}, 1); }, "[1,2]");
   expect_msg([&] { permute(a, {0, 0}); }, "repeated");
   expect_msg([&] { transpose(a, 0, 2); }, "out of range");
+  // The op the user called is the one named (view said "reshape: cannot reshape").
+  expect_msg([&] { view(a, {5, 3}); }, "view: cannot make shape=[3,4] (12 elements) into [5,3]");
+  expect_msg([&] { view(a, {-1, 5}); }, "view: cannot make shape=[3,4]");
+  expect_msg([&] { reshape(a, {INT64_MAX, 4, -1}); }, "more elements than 64 bits count");
+  // A huge step overflowed the size formula (a negative size, then a bad view).
+  Tensor r = Tensor::arange(6, DType::F64);
+  EXPECT_EQ(slice(r, 0, 1, 6, INT64_MAX).to_vector(), std::vector<double>{1});
+  EXPECT_EQ(slice(r, 0, 1, INT64_MAX, 2).to_vector(), (std::vector<double>{1, 3, 5}));
 }
 
 TEST(Reduce, SumMeanGradientsOverAnyDims) {
