@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "core/hash.h"
 #include "dist/comm/local_communicator.h"
 #include "dist/comm/mpi_communicator.h"
 #ifdef ZDL_WITH_NCCL
@@ -151,6 +152,17 @@ GpuSharing gpu_sharing(Communicator& mpi) {
 #endif
 
 }  // namespace
+
+void Communicator::check_same_on_every_rank(const std::string& mine, const std::string& what) {
+  if (size() == 1) return;
+  const std::vector<int64_t> all = all_gather_i64(static_cast<int64_t>(fnv1a64(mine)));
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    const std::string first = broadcast_string(mine, 0), other = broadcast_string(mine, static_cast<int>(r));
+    throw Error(detail::str(prefix(), " ranks were given different ", what, ": rank 0 has {", first, "}, rank ", r,
+                            " has {", other, "}; every rank must pass the same"));
+  }
+}
 
 std::string Communicator::broadcast_string(const std::string& s, int root) {
   ZDL_CHECK(root >= 0 && root < size(), prefix(), " broadcast_string: root ", root, " is not a rank of ", size());

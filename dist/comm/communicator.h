@@ -146,6 +146,10 @@ class Communicator {
   // Rank `root`'s string on every rank (host-side, through all_gather_i64, 8 bytes a round:
   // for messages, e.g. the error only one rank saw, on every backend).
   std::string broadcast_string(const std::string& s, int root);
+  // Collective: throws on every rank, naming rank 0's `mine` and the first rank's that differs,
+  // when the ranks' strings are not all equal ("ranks were given different <what>: rank 0 has
+  // {..}, rank r has {..}"). One all-gather of a hash when they agree.
+  void check_same_on_every_rank(const std::string& mine, const std::string& what);
 
   void all_reduce(const Tensor& t) { all_reduce_async(t)->wait(); }
   void reduce_scatter(const Tensor& input, const Tensor& output) { reduce_scatter_async(input, output)->wait(); }

@@ -108,6 +108,7 @@ ZeroPartitioner::ZeroPartitioner(std::shared_ptr<Communicator> comm, ZeroOptions
             "use it with ZeroOptions::reduction = GradReduction::Native");
   check_offload_options();
   check_quantization();
+  check_same_options();
   make_shard_groups();
   make_node_group();
   if (options_.offload.any_nvme()) nvme_ = std::make_unique<NvmeStore>(options_.offload.dir, comm_->prefix(), options_.offload.direct_io);
@@ -132,6 +133,24 @@ ZeroPartitioner::ZeroPartitioner(std::shared_ptr<Communicator> comm, ZeroOptions
       },
   };
 }
+
+// What must agree across ranks about the options: everything that decides which collectives run,
+// in what order and on how many bytes. (The device's index and the scratch directory may differ.)
+std::string ZeroPartitioner::options_signature() const {
+  const ZeroOptions& o = options_;
+  return detail::str("stage=", stage_name(o.stage), " compute_dtype=", dtype_name(o.compute_dtype),
+                     " device=", o.device.is_cpu() ? "cpu" : "cuda", " prefetch=", o.prefetch,
+                     " reduction=", o.reduction == GradReduction::Exact ? "exact" : "native", " no_sync=", o.no_sync,
+                     " check_divergence=", o.check_divergence, " shard_group=", o.shard_group,
+                     " secondary_partition=", o.secondary_partition, " quantize_weights=", o.quantize_weights,
+                     " quantize_grads=", o.quantize_grads, " offload.optimizer=", offload_target_name(o.offload.optimizer),
+                     " offload.params=", offload_target_name(o.offload.params),
+                     " offload.window_bytes=", o.offload.window_bytes);
+}
+
+// Ranks given different options (one at ZeRO-3, another at DDP; bf16 against f32) issued
+// different collectives: a hang until the watchdog, or training on a mix of bytes.
+void ZeroPartitioner::check_same_options() const { comm_->check_same_on_every_rank(options_signature(), "ZeroOptions"); }
 
 void ZeroPartitioner::check_offload_options() const {
   const OffloadOptions& o = options_.offload;

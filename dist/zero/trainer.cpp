@@ -29,6 +29,15 @@ double Trainer::forward_backward(int64_t step, const BatchFn& batch, const LossF
 }
 
 Trainer::MicroBatchLosses Trainer::run_micro_batches(int64_t step, const BatchFn& batch, const LossFn& loss_fn) {
+  if (!options_checked_) {
+    // Ranks with another grad_accum or micro_batch ran other micro-batches: their collectives
+    // fell out of step (a hang until the watchdog, or "ranks diverged" at a misdescribed place).
+    zero_.comm().check_same_on_every_rank(
+        detail::str("grad_accum=", options_.grad_accum, " micro_batch=", options_.micro_batch,
+                    " grad_clip=", options_.grad_clip, " seed=", options_.seed),
+        "TrainerOptions");
+    options_checked_ = true;
+  }
   zero_.set_step(step);
   const int64_t A = options_.grad_accum, b = options_.micro_batch;
   MicroBatchLosses out;

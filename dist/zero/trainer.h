@@ -88,6 +88,7 @@ class Trainer {
   ZeroPartitioner& zero_;
   ZeroAdamW& opt_;
   TrainerOptions options_;
+  bool options_checked_ = false;  // compared across ranks at the first step
 };
 
 }  // namespace zdl::dist

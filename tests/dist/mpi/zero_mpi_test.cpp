@@ -207,6 +207,47 @@ TEST(ZeroMpi, RanksWithOtherShapesOrInitsOfTheSameCountFailAtWrap) {
   }
 }
 
+// Ranks given other options (the last rank at ZeRO-3 where the others run DDP; another Trainer
+// schedule) issued other collectives and hung until the watchdog (300 s); they now fail at once,
+// every rank, naming rank 0's options and the last rank's.
+TEST(ZeroMpi, RanksGivenOtherOptionsFailAtOnceNamingBoth) {
+  const int N = world().size();
+  const bool last = world().rank() == N - 1;
+  const std::string who = "rank " + std::to_string(N - 1) + " has {";
+  std::shared_ptr<Communicator> shared(&world(), [](Communicator*) {});
+  std::string m;
+  try {
+    ZeroPartitioner zero(shared, ZeroOptions{.stage = last ? ZeroStage::Three : ZeroStage::DDP});
+  } catch (const Error& e) {
+    m = e.what();
+  }
+  EXPECT_NE(m.find("ranks were given different ZeroOptions: rank 0 has {stage=ddp compute_dtype=f32"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find(who + "stage=zero3 compute_dtype=f32"), std::string::npos) << m;
+
+  ZeroPartitioner zero(shared, ZeroOptions{.stage = ZeroStage::One});
+  std::shared_ptr<nn::Linear> model;
+  {
+    auto scope = zero.placement_scope(3);
+    model = std::make_shared<nn::Linear>(nn::LinearOptions{.in = 4, .out = 8});
+  }
+  zero.wrap(*model);
+  ZeroAdamW opt(zero, adam_opts(), 0.0);
+  Trainer trainer(zero, opt, TrainerOptions{.grad_accum = last ? 2 : 1, .micro_batch = 1});
+  m.clear();
+  try {
+    trainer.step(
+        0, [](int64_t, int64_t, int64_t) -> Trainer::Batch { throw Error("the batch was asked for"); },
+        [](const Tensor&, const Tensor&) { return Tensor(); });
+  } catch (const Error& e) {
+    m = e.what();
+  }
+  EXPECT_NE(m.find("ranks were given different TrainerOptions: rank 0 has {grad_accum=1 micro_batch=1"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find(who + "grad_accum=2 micro_batch=1"), std::string::npos) << m;
+}
+
 TEST(ZeroMpi, DivergentRanksFailWithTheFirstDifferingUnitInsteadOfHanging) {
   for (ZeroStage stage : {ZeroStage::DDP, ZeroStage::Three}) {
     std::shared_ptr<Communicator> shared(&world(), [](Communicator*) {});
