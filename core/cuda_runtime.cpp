@@ -91,14 +91,33 @@ struct PendingCheck {
   DeferredRead read;
   DeferredVerdict verdict;
 };
-thread_local std::vector<PendingCheck> t_checks;
+
+// A thread's deferred checks, and the page-locked slots dropped while their copies may still be
+// queued (retired until its next wait: a newer copy into one could land first). One object, so
+// the checks (declared last) go first at thread exit while the list their slots return to is
+// still there; t_thread_alive (trivial, so readable to the end) tells a slot dropped later.
+thread_local bool t_thread_alive = false;
+struct ThreadChecks {
+  std::vector<unsigned char*> retired_slots;
+  std::vector<PendingCheck> checks;
+  ThreadChecks() { t_thread_alive = true; }
+  ~ThreadChecks() {
+    checks.clear();
+    t_thread_alive = false;
+  }
+};
+thread_local ThreadChecks t_pending;
+
+// More checks than this queued without a wait (a loop that never reads from the GPU) are judged
+// by a wait of their own: their errors come within a few steps, and their slots stay bounded.
+constexpr size_t kMaxPendingChecks = 64;
 
 // Judges every check queued before this thread's last wait (all of them: a check is queued on
 // the compute stream it was made on); throws the first failure's message.
 void judge_checks() {
-  if (t_checks.empty()) return;
+  if (t_pending.checks.empty()) return;
   std::vector<PendingCheck> checks;
-  checks.swap(t_checks);
+  checks.swap(t_pending.checks);
   for (PendingCheck& c : checks) {
     std::string message = c.verdict(c.read.bytes());
     if (!message.empty()) throw Error(message);  // later ones most likely follow from it
@@ -112,7 +131,7 @@ void wait_compute_stream(const char* what) {
   g_host_waits.fetch_add(1, std::memory_order_relaxed);
   const cudaError_t err = cudaStreamSynchronize(cudaStreamPerThread);
   if (err != cudaSuccess) {
-    t_checks.clear();  // their bytes may never come
+    t_pending.checks.clear();  // their bytes may never come
     throw_recorded_error();  // the earlier error is the cause; this one is its echo
     throw Error(detail::str("CUDA error while ", what, ": ", cudaGetErrorString(err),
                             " (set ZDL_CUDA_SYNC_LAUNCHES=1 to find the kernel that caused it)"));
@@ -236,15 +255,19 @@ namespace {
 // page-locked buffer of the calling thread and the transfer is queued on its compute stream,
 // with no wait (the caller may reuse its memory at once). Larger copies wait, as before.
 constexpr size_t kStagedUploadBytes = size_t{1} << 20;
+// Buffers per thread: a buffer whose transfer is still queued is not reused while fewer than
+// this many exist (a step uploads two tensors a micro-batch); past that the oldest is waited for.
+constexpr size_t kMaxUploadStages = 32;
 
 struct UploadStage {
   void* host = nullptr;
+  size_t capacity = 0;
   cudaEvent_t done = nullptr;  // recorded after the transfer that read `host` last
 };
 
 struct UploadStages {
-  std::array<UploadStage, 4> stages;
-  size_t next = 0;
+  std::vector<UploadStage> stages;
+  size_t oldest = 0;  // the next to wait for when every buffer is in use
   ~UploadStages() {
     for (UploadStage& s : stages) {
       if (s.done != nullptr) (void)cudaEventDestroy(s.done);
@@ -254,16 +277,41 @@ struct UploadStages {
 };
 thread_local UploadStages t_uploads;
 
-void staged_upload(void* dst, const void* src, size_t bytes) {
-  UploadStage& st = t_uploads.stages[t_uploads.next];
-  t_uploads.next = (t_uploads.next + 1) % t_uploads.stages.size();
-  if (st.host == nullptr) {
+// A buffer of at least `bytes` whose last transfer has run: a free one, a new one, or (all
+// kMaxUploadStages in use) the oldest, waited for and grown if it is too small.
+UploadStage& upload_stage(size_t bytes) {
+  std::vector<UploadStage>& stages = t_uploads.stages;
+  for (UploadStage& st : stages)
+    if (st.capacity >= bytes && cudaEventQuery(st.done) == cudaSuccess) return st;
+  const size_t capacity = std::max<size_t>(bytes, size_t{64} << 10);
+  if (stages.size() < kMaxUploadStages) {
+    UploadStage st;
     ZDL_CUDA_CHECK(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));
-    st.host = pinned_host_allocate(kStagedUploadBytes);
-  } else if (cudaEventQuery(st.done) != cudaSuccess) {  // its last transfer is still queued
-    g_host_waits.fetch_add(1, std::memory_order_relaxed);
-    ZDL_CUDA_CHECK(cudaEventSynchronize(st.done));
+    try {
+      st.host = pinned_host_allocate(capacity);
+    } catch (...) {
+      (void)cudaEventDestroy(st.done);
+      throw;
+    }
+    st.capacity = capacity;
+    stages.push_back(st);
+    return stages.back();
   }
+  UploadStage& st = stages[t_uploads.oldest];
+  t_uploads.oldest = (t_uploads.oldest + 1) % stages.size();
+  g_host_waits.fetch_add(1, std::memory_order_relaxed);
+  ZDL_CUDA_CHECK(cudaEventSynchronize(st.done));
+  if (st.capacity < bytes) {
+    void* bigger = pinned_host_allocate(capacity);
+    pinned_host_free(st.host);
+    st.host = bigger;
+    st.capacity = capacity;
+  }
+  return st;
+}
+
+void staged_upload(void* dst, const void* src, size_t bytes) {
+  UploadStage& st = upload_stage(bytes);
   std::memcpy(st.host, src, bytes);
   ZDL_CUDA_CHECK(cudaMemcpyAsync(dst, st.host, bytes, cudaMemcpyHostToDevice, cudaStreamPerThread));
   ZDL_CUDA_CHECK(cudaEventRecord(st.done, cudaStreamPerThread));
@@ -289,7 +337,6 @@ namespace {
 // not take a newer copy that could land first); on another thread it is left unused.
 std::mutex g_slot_mutex;
 std::vector<unsigned char*> g_free_slots;
-thread_local std::vector<unsigned char*> t_retired_slots;
 
 unsigned char* take_slot() {
   std::lock_guard<std::mutex> lock(g_slot_mutex);
@@ -304,25 +351,26 @@ unsigned char* take_slot() {
 }
 
 void free_retired_slots() {
-  if (t_retired_slots.empty()) return;
+  std::vector<unsigned char*>& retired = t_pending.retired_slots;
+  if (retired.empty()) return;
   std::lock_guard<std::mutex> lock(g_slot_mutex);
-  g_free_slots.insert(g_free_slots.end(), t_retired_slots.begin(), t_retired_slots.end());
-  t_retired_slots.clear();
+  g_free_slots.insert(g_free_slots.end(), retired.begin(), retired.end());
+  retired.clear();
 }
 
 }  // namespace
 
 DeferredSlot::~DeferredSlot() {
   if (host == nullptr) return;
-  const bool same_thread = thread == std::this_thread::get_id();
+  const bool same_thread = thread == std::this_thread::get_id() && t_thread_alive;
   const bool landed = ready || (same_thread && t_stream_waits > queued_after);
   try {
     if (landed) {
       std::lock_guard<std::mutex> lock(g_slot_mutex);
       g_free_slots.push_back(host);
     } else if (same_thread) {
-      t_retired_slots.push_back(host);
-    }
+      t_pending.retired_slots.push_back(host);
+    }  // else: dropped on another thread, or at its thread's exit: left unused
   } catch (...) {  // out of memory for the list: the slot is lost, nothing else
   }
 }
@@ -332,6 +380,7 @@ DeferredRead::DeferredRead(const void* src, Device device, size_t bytes) {
   auto slot = std::make_shared<DeferredSlot>();
   slot->thread = std::this_thread::get_id();
   slot->queued_after = t_stream_waits;
+  (void)&t_pending;  // made now, so a slot dropped before its copy lands can be retired to it
   if (device.is_cpu()) {
     std::memcpy(slot->local, src, bytes);
     slot->ready = true;
@@ -360,11 +409,12 @@ void defer_check(const void* src, Device device, size_t bytes, DeferredVerdict v
     if (!message.empty()) throw Error(message);
     return;
   }
-  t_checks.push_back({std::move(read), std::move(verdict)});
+  t_pending.checks.push_back({std::move(read), std::move(verdict)});
+  if (t_pending.checks.size() > kMaxPendingChecks) verify_deferred_checks();
 }
 
 void verify_deferred_checks() {
-  if (!t_checks.empty()) wait_compute_stream("checking the GPU's inputs");
+  if (!t_pending.checks.empty()) wait_compute_stream("checking the GPU's inputs");
 }
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {

@@ -6,9 +6,11 @@
 // gradient norm); only a read that comes first waits itself.
 //
 // A deferred check is such a read with a verdict: after each wait of this thread for its compute
-// stream (synchronize(), a copy to or from the GPU, item()), the checks queued before it are
-// judged in the order they were made, and the first that failed throws its message there. A
-// kernel that a failed check guards must stay in bounds on the bad input (an id out of range
+// stream (synchronize(), a copy from the GPU, item(), an upload of more than 1 MiB), the checks
+// queued before it are judged in the order they were made, and the first that failed throws its
+// message there, once. A thread that queues many checks without a wait (a loop that never reads
+// from the GPU) waits once every 64 checks, so its errors still come and its slots stay bounded.
+// A kernel that a failed check guards must stay in bounds on the bad input (an id out of range
 // reads nothing); the error then names the input as the op would have.
 //
 // On the CPU (and in a CPU-only build) reads and checks happen at once.

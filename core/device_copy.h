@@ -2,6 +2,11 @@
 // a CPU build): byte copies between devices (host<->CUDA, CUDA<->CUDA; synchronous with respect
 // to the host, or queued beside the compute stream), page-locked host memory, and the GPU side of
 // device_info and synchronize.
+//
+// copy_bytes returns when the destination holds the bytes, except for an upload of at most 1 MiB
+// from the host: that one is copied into a page-locked staging buffer and queued on this thread's
+// compute stream (the source may change at once; work queued after it on that stream, and the
+// collectives and copies ordered after that stream, see the new bytes).
 #pragma once
 #include <cstddef>
 #include <cstdint>

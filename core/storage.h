@@ -50,10 +50,10 @@ class StorageImpl {
   void set_release_hint(std::string hint) { release_hint_ = std::move(hint); }
 
   // [Note: version counter] Counts the in-place writes through Tensor (copy_, fill_, zero_,
-  // add_) to any view of these bytes, so autograd can tell that a tensor it saved for backward
-  // was changed after the forward (autograd/node.h). Kernels writing through raw pointers do not
-  // count. set_version() puts back a count whose writes did not change the values (ZeRO-3's
-  // re-gather of the same parameters).
+  // add_, scale_) to any view of these bytes, so autograd can tell that a tensor it saved for
+  // backward was changed after the forward (autograd/node.h). Kernels writing through raw
+  // pointers do not count. set_version() puts back a count whose writes did not change the
+  // values (ZeRO-3's re-gather of the same parameters).
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
   void set_version(uint64_t v) { version_.store(v, std::memory_order_relaxed); }

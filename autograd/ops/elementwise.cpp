@@ -428,13 +428,13 @@ void add_(const Tensor& dst, const Tensor& src) {
     ZDL_CHECK(dst.strides()[d] != 0 || dst.shape()[d] <= 1, "add_: the destination of shape=", shape_str(dst.shape()),
               " strides=", shape_str(dst.strides()), " repeats elements (an expanded view); add into the tensor it "
               "expands, or into a contiguous copy");
-  if (dst.defined() && dst.numel() > 0) dst.storage()->bump_version();  // [Note: version counter]
 #ifdef ZDL_WITH_CUDA
   if (on_cuda("add_", dst)) {
     Shape bs = broadcast_shapes(dst.shape(), src.shape());
     ZDL_CHECK(bs == dst.shape(), "add_: source shape=", shape_str(src.shape()),
               " does not broadcast to destination shape=", shape_str(dst.shape()));
     if (dst.numel() == 0) return;
+    dst.storage()->bump_version();  // [Note: version counter]
     StridedRows<2> it;
     it.shape = dst.shape();
     it.strides = {dst.strides(), broadcast_strides(src, dst.shape())};
@@ -447,6 +447,7 @@ void add_(const Tensor& dst, const Tensor& src) {
   ZDL_CHECK(bs == dst.shape(), "add_: source shape=", shape_str(src.shape()), " does not broadcast to destination shape=",
             shape_str(dst.shape()));
   if (dst.numel() == 0) return;
+  dst.storage()->bump_version();  // [Note: version counter]
   StridedRows<2> it;
   it.shape = dst.shape();
   it.strides = {dst.strides(), broadcast_strides(src, dst.shape())};
@@ -462,6 +463,7 @@ void add_(const Tensor& dst, const Tensor& src) {
 
 void scale_(const Tensor& dst, double s) {
   check_float_args("scale_", {&dst});
+  if (dst.numel() > 0) dst.storage()->bump_version();  // [Note: version counter]
 #ifdef ZDL_WITH_CUDA
   if (on_cuda("scale_", dst)) {
     ZDL_CHECK(dst.is_contiguous(), "scale_: needs a contiguous tensor, got shape=", shape_str(dst.shape()));

@@ -223,7 +223,7 @@ TEST(CudaNn, EmbeddingBadIdGivesTheCpuError) {
 // The id and target checks wait for nothing: a forward and backward through embedding and
 // cross_entropy make no host wait; a bad id reads nothing (its row is zero, checked by the
 // memcheck run too) and fails the first wait after it, item() here, with the CPU's message,
-// once; the next wait is clean.
+// once; the next wait is clean; a loop without waits gets the error within 64 ops.
 TEST(CudaNn, IdChecksAreJudgedAtTheNextHostWait) {
   ZDL_REQUIRE_GPU();
   Tensor w = randn({257, 33}, 17, DType::F32).to(gpu());
@@ -248,6 +248,12 @@ TEST(CudaNn, IdChecksAreJudgedAtTheNextHostWait) {
     EXPECT_EQ(rows[static_cast<size_t>(33 + c)], 0.0);
     EXPECT_EQ(rows[static_cast<size_t>(3 * 33 + c)], 0.0);
   }
+  // A loop that never waits still hears of a bad id: past 64 queued checks, one waits for them.
+  const std::string looped = error_text([&] {
+    embedding(w.detach(), bad.to(gpu()));
+    for (int i = 0; i < 70; ++i) embedding(w.detach(), good);
+  });
+  EXPECT_EQ(looped, cpu);
 }
 
 // ---------------- cross_entropy ----------------

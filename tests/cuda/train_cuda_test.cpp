@@ -401,7 +401,7 @@ std::vector<std::vector<double>> states_of(dist::ZeroPartitioner& z, const dist:
 // it once, for the gradient norm, which brings the micro-batches' losses with it (the token ids'
 // range checks and uploads wait for nothing); from the third step on it takes no new memory from
 // the driver (the stream-ordered pool hands out what the last step freed). DDP and ZeRO-3 (its
-// gathers and frees), two micro-batches a step; the losses are the ones item() reads.
+// gathers and frees), four micro-batches a step; the losses are the ones item() reads.
 TEST(CudaTrain, AStepWaitsForTheGpuOnceAndTakesNoNewMemory) {
   ZDL_REQUIRE_GPU();
   for (ZeroStage stage : {ZeroStage::DDP, ZeroStage::Three}) {
@@ -409,7 +409,8 @@ TEST(CudaTrain, AStepWaitsForTheGpuOnceAndTakesNoNewMemory) {
     Trainer t = make_trainer(local_comm(Device::cuda()), stage, Device::cuda());
     RunConfig c;
     const int64_t V = t.model->config.vocab_size;
-    dist::Trainer trainer(*t.zero, *t.opt, dist::TrainerOptions{.grad_accum = 2, .micro_batch = 2, .grad_clip = 1.0});
+    // Four micro-batches: eight uploads a step, more than a few staging buffers.
+    dist::Trainer trainer(*t.zero, *t.opt, dist::TrainerOptions{.grad_accum = 4, .micro_batch = 1, .grad_clip = 1.0});
     auto rows = [&](int64_t step, int64_t first, int64_t count) {
       auto [x, y] = dist::testing::step_rows(c, V, static_cast<int>(step), first, count);
       return dist::Trainer::Batch{x.to(Device::cuda()), y.to(Device::cuda())};
@@ -429,9 +430,9 @@ TEST(CudaTrain, AStepWaitsForTheGpuOnceAndTakesNoNewMemory) {
     double item_mean = 0;
     {
       NoGradGuard no_grad;
-      for (int64_t m = 0; m < 2; ++m) {
-        auto [x, y] = rows(3, m * 2, 2);
-        item_mean += t.model->loss(x, y).item() / 2;
+      for (int64_t m = 0; m < 4; ++m) {
+        auto [x, y] = rows(3, m, 1);
+        item_mean += t.model->loss(x, y).item() / 4;
       }
     }
     const double deferred_mean = trainer.forward_backward(3, rows, loss);
