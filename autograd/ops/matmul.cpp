@@ -253,8 +253,6 @@ bool fusable_mlp(const Tensor& x, const Tensor& w_fc, const Tensor& b_fc, const 
          w_proj.size(1) == w_fc.size(0) && b_proj.size(0) == w_proj.size(0) && w_fc.size(0) > 0 && w_proj.size(0) > 0;
 }
 
-Tensor contiguous_detached(const Tensor& t) { return t.is_contiguous() ? t.detach() : t.contiguous_copy(); }
-
 }  // namespace
 #endif
 
@@ -267,7 +265,8 @@ Tensor gelu_mlp(const Tensor& x, const Tensor& w_fc, const Tensor& b_fc, const T
     const int64_t C = w_fc.size(1), H = w_fc.size(0), C2 = w_proj.size(0);
     const Mats X = as_mats(x.detach(), /*fold=*/true), W1 = as_mats(w_fc.detach(), false),
                W2 = as_mats(w_proj.detach(), false);
-    const Tensor b1 = contiguous_detached(b_fc), b2 = contiguous_detached(b_proj);
+    const Tensor b1 = b_fc.is_contiguous() ? b_fc : b_fc.contiguous_copy(),
+                 b2 = b_proj.is_contiguous() ? b_proj : b_proj.contiguous_copy();  // read in the forward only
     Shape hidden = x.shape();
     hidden.back() = H;
     Tensor pre = Tensor::empty(hidden, dt, dev), h = Tensor::empty(hidden, dt, dev);  // gelu's input and output

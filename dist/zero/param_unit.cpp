@@ -331,8 +331,9 @@ void ParamUnit::unshard(CommPhase phase) {
   full_->materialize(MemoryCategory::Parameter);
   // A gather brings back the values of the shards, which change only in refresh_params (which
   // counts that change): the tensors autograd saved from these parameters must not look changed
-  // ([Note: version counter], core/storage.h), whatever the transport writes.
-  version_before_gather_ = full_->version();
+  // ([Note: version counter], core/storage.h). The local transport writes through copy_ at once;
+  // the others write raw bytes, which do not count.
+  const uint64_t version = full_->version();
   ctx_.trace(TraceKind::GatherIssue, *this, std::nullopt);  // before: the gather may finish at once
   if (secondary_.defined()) {
     pending_gather_ = ctx_.node_group->all_gather_async(secondary_, full_flat_);
@@ -341,7 +342,7 @@ void ParamUnit::unshard(CommPhase phase) {
   } else {
     pending_gather_ = ctx_.shards->all_gather_async(param_shard_, full_flat_);
   }
-  full_->set_version(*version_before_gather_);  // a transport that wrote at once; again when it lands
+  full_->set_version(version);
   param_state_ = ParamState::Unsharding;
 }
 
@@ -403,7 +404,6 @@ void ParamUnit::wait_unshard() {
   if (const auto at = pending_gather_->finished_at()) ctx_.trace(TraceKind::GatherFinished, *this, at);
   pending_gather_.reset();
   if (quant_recv_.defined()) dequantize_gathered();
-  if (version_before_gather_) full_->set_version(*std::exchange(version_before_gather_, std::nullopt));
   if (shard_off_) shard_off_->evict();  // read by the gather only; unchanged, so just freed
   param_state_ = ParamState::Unsharded;
   ctx_.trace(TraceKind::GatherDone, *this, std::nullopt);

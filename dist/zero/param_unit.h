@@ -27,9 +27,9 @@
 // optimizer_on_nvme a separate master, live in the rank's NVMe store between uses
 // (dist/offload/offloaded_buffer.h); the unit brings them in around each use.
 #pragma once
-#include <optional>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -249,7 +249,6 @@ class ParamUnit {
   // Buffers (see the table above).
   Storage full_;
   Tensor full_flat_;
-  std::optional<uint64_t> version_before_gather_;  // put back when the gather lands
   Tensor param_shard_;
   Tensor master_;
   int64_t master_begin_ = 0;

@@ -108,7 +108,9 @@ ZeroPartitioner::ZeroPartitioner(std::shared_ptr<Communicator> comm, ZeroOptions
             "use it with ZeroOptions::reduction = GradReduction::Native");
   check_offload_options();
   check_quantization();
-  check_same_options();
+  // Ranks given other options (one at ZeRO-3, another at DDP; bf16 against f32) issued other
+  // collectives: a hang until the watchdog, or training on a mix of bytes.
+  comm_->check_same_on_every_rank(options_signature(), "ZeroOptions");
   make_shard_groups();
   make_node_group();
   if (options_.offload.any_nvme()) nvme_ = std::make_unique<NvmeStore>(options_.offload.dir, comm_->prefix(), options_.offload.direct_io);
@@ -147,10 +149,6 @@ std::string ZeroPartitioner::options_signature() const {
                      " offload.params=", offload_target_name(o.offload.params),
                      " offload.window_bytes=", o.offload.window_bytes);
 }
-
-// Ranks given different options (one at ZeRO-3, another at DDP; bf16 against f32) issued
-// different collectives: a hang until the watchdog, or training on a mix of bytes.
-void ZeroPartitioner::check_same_options() const { comm_->check_same_on_every_rank(options_signature(), "ZeroOptions"); }
 
 void ZeroPartitioner::check_offload_options() const {
   const OffloadOptions& o = options_.offload;

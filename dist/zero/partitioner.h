@@ -169,7 +169,6 @@ class ZeroPartitioner {
   // Collective: throws on every rank, naming the first difference, unless all built the same units.
   void check_same_units();
   std::string options_signature() const;
-  void check_same_options() const;
   void install_hooks(nn::Module& m, ParamUnit* u);
   void on_forward_pre(ParamUnit& u);
   void on_forward_post(ParamUnit& u);
