@@ -15,7 +15,7 @@ DeferredScalar::DeferredScalar(const Tensor& scalar) {
     host_value_ = scalar.item();
     return;
   }
-  dtype_ = static_cast<int>(scalar.dtype());
+  dtype_ = scalar.dtype();
   read_ = DeferredRead(scalar.raw_data(), scalar.device(), element_size(scalar.dtype()));
 }
 
@@ -26,7 +26,7 @@ double DeferredScalar::value() const {
     std::memcpy(&v, p, sizeof(v));
     return v;
   };
-  switch (static_cast<DType>(dtype_)) {
+  switch (dtype_) {
     case DType::F32: return load(float{});
     case DType::F64: return load(double{});
     case DType::BF16: return static_cast<float>(load(BFloat16{}));

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "core/device.h"
+#include "core/dtype.h"
 
 namespace zdl {
 
@@ -54,7 +55,7 @@ class DeferredScalar {
 
  private:
   DeferredRead read_;
-  int dtype_ = 0;  // the scalar's DType
+  DType dtype_ = DType::F32;
   double host_value_ = 0.0;  // a CPU scalar's value, read at once
 };
 
