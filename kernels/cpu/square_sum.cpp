@@ -18,16 +18,6 @@ namespace zdl::kernels::cpu {
 struct ExactSquareSum::Buckets {
   unsigned __int128 b[256] = {};
   uint64_t nan = 0, inf = 0;
-
-  void add_bits(uint32_t u) {  // u: f32 bits
-    const uint32_t e = (u >> 23) & 0xffu, f = u & 0x7fffffu;
-    if (e == 0xffu) {
-      (f ? nan : inf) += 1;
-      return;
-    }
-    const uint64_t m = e ? (f | 0x800000u) : f;
-    b[e ? e : 1] += static_cast<unsigned __int128>(m * m);
-  }
 };
 
 namespace {
@@ -61,6 +51,41 @@ void ExactSquareSum::add_buckets(const Buckets& bk) {
   normalize();
 }
 
+// One chunk (at most kChunk values) into bk. Its squares are first summed in 64 bits, which
+// cannot wrap: m^2 < 2^48 and a chunk has at most 2^16 values. Each block's exponents and
+// squares come from a loop the compiler vectorizes; four tables taken in turn then keep
+// neighbours with the same exponent (the common case) from waiting on each other's stores.
+// Exponent 255 (NaN, Inf) lands in entry 255, which no bucket reads: its values are counted
+// by a second pass over the rare chunk that has any.
+template <class T, class Bits>
+void ExactSquareSum::add_chunk(Buckets& bk, const T* x, int64_t n, Bits bits_of) {
+  uint64_t t[4][256] = {};
+  constexpr int64_t kBlock = 256;
+  alignas(64) uint32_t idx[kBlock];
+  alignas(64) uint64_t sq[kBlock];
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t len = std::min(kBlock, n - b);
+    for (int64_t i = 0; i < len; ++i) {  // vectorized: exponents and squares of a block
+      const uint32_t u = bits_of(x[b + i]);
+      const uint32_t e = (u >> 23) & 0xffu;
+      const uint64_t m = (u & 0x7fffffu) | (e ? 0x800000u : 0u);
+      idx[i] = e + (e == 0);  // subnormals (e = 0) share bucket 1: the same units
+      sq[i] = m * m;
+    }
+    int64_t i = 0;
+    for (; i + 4 <= len; i += 4)
+      for (int k = 0; k < 4; ++k) t[k][idx[i + k]] += sq[i + k];
+    for (; i < len; ++i) t[0][idx[i]] += sq[i];
+  }
+  for (int e = 1; e < 255; ++e)
+    bk.b[e] += static_cast<unsigned __int128>(t[0][e]) + t[1][e] + t[2][e] + t[3][e];
+  if ((t[0][255] | t[1][255] | t[2][255] | t[3][255]) == 0) return;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = bits_of(x[i]);
+    if (((u >> 23) & 0xffu) == 0xffu) ((u & 0x7fffffu) ? bk.nan : bk.inf) += 1;
+  }
+}
+
 template <class T, class Bits>
 void ExactSquareSum::add_range(int64_t n, const T* x, Bits bits_of) {
   if (n <= 0) return;
@@ -70,7 +95,10 @@ void ExactSquareSum::add_range(int64_t n, const T* x, Bits bits_of) {
   std::vector<Buckets> parts(static_cast<size_t>(std::max(1, omp_get_max_threads())));
   parallel_for(chunks, (n + chunks - 1) / chunks, [&](int64_t c0, int64_t c1) {  // threads only for large n
     Buckets& bk = parts[static_cast<size_t>(omp_get_level() > level ? omp_get_thread_num() : 0)];
-    for (int64_t i = c0 * kChunk, end = std::min(n, c1 * kChunk); i < end; ++i) bk.add_bits(bits_of(x[i]));
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t begin = c * kChunk;
+      add_chunk(bk, x + begin, std::min(n - begin, kChunk), bits_of);
+    }
   });
   for (const Buckets& bk : parts) add_buckets(bk);  // integer sums: any order
 }

@@ -50,6 +50,8 @@ class ExactSquareSum {
   struct Buckets;  // per-exponent sums of one thread's values (square_sum.cpp)
   template <class T, class Bits>
   void add_range(int64_t n, const T* x, Bits bits_of);
+  template <class T, class Bits>
+  static void add_chunk(Buckets& bk, const T* x, int64_t n, Bits bits_of);
   void add_buckets(const Buckets& b);
   void normalize();
   std::array<uint64_t, kWords> w_{};  // little-endian 32-bit digits (carries pending until normalize)

@@ -116,6 +116,36 @@ TEST(ExactSquareSum, Bf16AndNonFinite) {
   EXPECT_THROW(ExactSquareSum::from_words({1.5}), Error);
 }
 
+// Whole chunks of the largest squares (the 64-bit per-chunk sums at their fullest) equal the
+// same values summed one at a time and merged; NaN and Inf are counted wherever they fall.
+TEST(ExactSquareSum, FullChunksOfLargeSquaresAndNonFiniteCounts) {
+  const size_t n = 3 * (size_t{1} << 16) + 5;
+  std::vector<float> v(n, std::numeric_limits<float>::max());
+  for (size_t i = 0; i < n; i += 7) v[i] = -std::nextafter(std::numeric_limits<float>::max(), 0.0f);
+  ExactSquareSum whole;
+  whole.add(static_cast<int64_t>(n), v.data());
+  // Expected: each value's own words times its count (each product < 2^50: exact).
+  auto words_of = [](float x) {
+    ExactSquareSum one;
+    one.add(1, &x);
+    return one.words();
+  };
+  const double others = static_cast<double>((n + 6) / 7);
+  const std::vector<double> w_max = words_of(v[1]), w_other = words_of(v[0]);
+  std::vector<double> words(ExactSquareSum::kSerializedSize, 0.0);
+  for (size_t i = 0; i < words.size(); ++i) words[i] = (static_cast<double>(n) - others) * w_max[i] + others * w_other[i];
+  EXPECT_EQ(ExactSquareSum::from_words(words).words(), whole.words());
+  EXPECT_TRUE(whole.finite());
+
+  for (size_t i : {size_t{3}, size_t{1} << 16, n - 1}) v[i] = std::nanf("");
+  for (size_t i : {size_t{100}, (size_t{2} << 16) + 1}) v[i] = -std::numeric_limits<float>::infinity();
+  ExactSquareSum bad;
+  bad.add(static_cast<int64_t>(n), v.data());
+  const std::vector<double> w = bad.words();
+  EXPECT_EQ(w[ExactSquareSum::kWords], 3.0);      // NaN count
+  EXPECT_EQ(w[ExactSquareSum::kWords + 1], 2.0);  // Inf count
+}
+
 // ---- thread-count invariance ----
 
 std::vector<uint32_t> bits(const Tensor& t) {
