@@ -52,7 +52,7 @@ void add_data_and_model_flags(CLI::App& app, Args& a) {
                  "text file to train on, or llm.c GPT-2 token shards: FILE.bin or a quoted pattern "
                  "'DIR/*_train_*.bin' read in name order (default: the embedded generated corpus)");
   app.add_option("--steps", a.steps, "total optimizer steps")->check(CLI::PositiveNumber);
-  app.add_option("--batch", a.batch, "sequences per step (global batch B)")->check(CLI::PositiveNumber);
+  app.add_option("--batch", a.batch, "sequences per micro-batch over all ranks (B; each rank takes B/N); a step takes B x --grad-accum")->check(CLI::PositiveNumber);
   app.add_option("--seq", a.seq, "sequence length T (also the context length of a new model)")->check(CLI::PositiveNumber);
   app.add_option("--n-layer", a.n_layer, "transformer blocks L")->check(CLI::PositiveNumber);
   app.add_option("--n-head", a.n_head, "attention heads")->check(CLI::PositiveNumber);
