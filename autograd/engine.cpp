@@ -16,16 +16,23 @@ struct NewestFirst {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
 };
 
-void check_grad_matches(const Node& node, uint32_t slot, const Tensor& g) {
+// `from`: where the gradient came from when not from the graph itself (a hook).
+void check_grad_matches(const Node& node, uint32_t slot, const Tensor& g, const char* from = "") {
   if (!g.defined() || slot >= node.output_shapes.size()) return;
-  ZDL_CHECK(g.shape() == node.output_shapes[slot], "backward: gradient for output ", slot, " of ", node.name(),
-            " has shape=", shape_str(g.shape()), " but the output has shape=", shape_str(node.output_shapes[slot]));
+  ZDL_CHECK(g.shape() == node.output_shapes[slot], "backward: gradient", from, " for output ", slot, " of ",
+            node.name(), " has shape=", shape_str(g.shape()), " but the output has shape=",
+            shape_str(node.output_shapes[slot]));
+  if (slot < node.output_dtypes.size())
+    ZDL_CHECK(g.dtype() == node.output_dtypes[slot], "backward: gradient", from, " for output ", slot, " of ",
+              node.name(), " has dtype ", dtype_name(g.dtype()), " but the output has dtype ",
+              dtype_name(node.output_dtypes[slot]));
 }
 
 // Per-thread state of the running backward pass (passes do not nest on one thread).
 struct BackwardState {
   bool running = false;
   bool retain_graph = false;
+  uint64_t pass = 0, passes = 0;  // the running pass's number (0: none), and how many started
   std::vector<std::function<void()>> callbacks;
 };
 thread_local BackwardState t_backward;
@@ -39,6 +46,8 @@ void queue_callback(std::function<void()> f) {
 
 bool in_backward() { return t_backward.running; }
 
+uint64_t backward_pass() { return t_backward.pass; }
+
 bool graph_retained() { return t_backward.running && t_backward.retain_graph; }
 
 TensorList AccumulateGrad::apply(TensorList grad_outputs) {
@@ -50,8 +59,10 @@ TensorList AccumulateGrad::apply(TensorList grad_outputs) {
     Tensor replaced = hook(g);
     if (replaced.defined()) g = replaced;
   }
-  ZDL_CHECK(g.shape() == leaf.shape(), "AccumulateGrad: gradient shape=", shape_str(g.shape()), " != leaf shape=",
-            shape_str(leaf.shape()), leaf.name().empty() ? "" : " ('" + leaf.name() + "')");
+  ZDL_CHECK(g.shape() == leaf.shape() && g.dtype() == leaf.dtype(), "AccumulateGrad: gradient shape=",
+            shape_str(g.shape()), " dtype ", dtype_name(g.dtype()), " for a leaf of shape=", shape_str(leaf.shape()),
+            " dtype ", dtype_name(leaf.dtype()), leaf.name().empty() ? "" : " ('" + leaf.name() + "')",
+            m.leaf_hooks.empty() ? "" : " (after its hooks)");
   if (m.grad) {
     // Accumulate in place: the grad may be a view into a flat buffer owned by the ZeRO manager.
     add_(Tensor(m.grad), g);
@@ -124,7 +135,9 @@ TensorList run_graph(const Seeds& seeds, bool retain_graph, const std::vector<No
         for (auto& hook : n->pre_hooks[i]) {
           if (!in[i].defined()) break;
           Tensor replaced = hook(in[i]);
-          if (replaced.defined()) in[i] = replaced;
+          if (!replaced.defined()) continue;
+          check_grad_matches(*n, i, replaced, " returned by a hook");  // the kernels trust it
+          in[i] = replaced;
         }
     }
     TensorList out = n->apply(std::move(in));
@@ -163,6 +176,8 @@ Seeds seeds_of(const TensorList& roots, const TensorList& grads) {
     }
     ZDL_CHECK(g.shape() == r.shape(), "backward: gradient shape=", shape_str(g.shape()), " != output shape=",
               shape_str(r.shape()));
+    ZDL_CHECK(g.dtype() == r.dtype(), "backward: gradient dtype ", dtype_name(g.dtype()), " != output dtype ",
+              dtype_name(r.dtype()), " (shape=", shape_str(r.shape()), ")");
     seeds.push_back({gradient_edge(r), g});
   }
   return seeds;
@@ -176,10 +191,12 @@ void backward(const TensorList& roots, const TensorList& grads, bool retain_grap
   ZDL_CHECK(!t_backward.running, "backward called from inside a backward pass (reentrant backward is not supported)");
   t_backward.running = true;
   t_backward.retain_graph = retain_graph;
+  t_backward.pass = ++t_backward.passes;
   t_backward.callbacks.clear();
   struct Reset {
     ~Reset() {
       t_backward.running = false;
+      t_backward.pass = 0;
       t_backward.callbacks.clear();
     }
   } reset;

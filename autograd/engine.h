@@ -28,6 +28,11 @@ void queue_callback(std::function<void()> f);
 // True while a backward pass runs on this thread.
 bool in_backward();
 
+// The running backward pass's number on this thread (1, 2, ... in the order they started; a
+// backward_within belongs to its pass), 0 outside one: state kept per pass (module hooks) tells
+// a new pass from the same one.
+uint64_t backward_pass();
+
 // True while a backward pass that keeps the saved tensors (retain_graph) runs on this thread: a
 // node may then not reuse its saved buffers for its gradients.
 bool graph_retained();

@@ -2,6 +2,7 @@
 // does not depend on the engine).
 #include "autograd/engine.h"
 #include "autograd/node.h"
+#include "autograd/ops.h"
 
 namespace zdl {
 
@@ -54,7 +55,9 @@ void Tensor::retain_grad() const {
   m.grad_fn->pre_hooks[m.output_nr].push_back([weak](const Tensor& g) {
     if (auto impl = weak.lock()) {
       AutogradMeta& meta = Tensor(impl).autograd_meta();
-      meta.grad = meta.grad ? (Tensor(meta.grad).copy_(g), meta.grad) : g.contiguous_copy().impl_ptr();
+      // Accumulates over passes, as a leaf's gradient does (until set_grad(Tensor()) clears it).
+      if (meta.grad) add_(Tensor(meta.grad), g);
+      else meta.grad = g.contiguous_copy().impl_ptr();
     }
     return Tensor();
   });

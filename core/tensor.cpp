@@ -363,6 +363,12 @@ void Tensor::copy_(const Tensor& src) const {
   ZDL_CHECK(shape() == src.shape(), "copy_: destination shape=", shape_str(shape()), " != source shape=",
             shape_str(src.shape()), label_suffix());
   if (numel() == 0) return;
+  // An expanded view (stride 0 over a size > 1) names one element several times: each copy into
+  // it overwrote the last, silently keeping one of the source's values.
+  for (int64_t d = 0; d < dim(); ++d)
+    ZDL_CHECK(strides()[d] != 0 || shape()[d] <= 1, "copy_: the destination of shape=", shape_str(shape()),
+              " strides=", shape_str(strides()), " repeats elements (an expanded view); copy into the tensor it "
+              "expands, or into a contiguous copy", label_suffix());
   storage()->bump_version();  // [Note: version counter]
   if (device().is_cpu() && src.device().is_cpu()) return cpu_copy(*this, src);
 #ifdef ZDL_WITH_CUDA
@@ -464,10 +470,13 @@ std::string Tensor::to_string(int64_t max_elems) const {
     os << ", released)";
     return os.str();
   }
-  auto v = to_vector();
+  // Only the shown values are read (a whole GPT-2 embedding used to be copied out to print 8).
+  const int64_t shown = std::clamp<int64_t>(max_elems, 0, numel());
+  const Tensor flat = is_contiguous() ? *this : contiguous_copy();
+  const auto v = Tensor::from_storage(flat.storage(), {shown}, {1}, flat.offset(), dtype()).to_vector();
   os << ", values=[" << std::setprecision(6);
-  for (int64_t i = 0; i < std::min<int64_t>(max_elems, static_cast<int64_t>(v.size())); ++i) os << (i ? ", " : "") << v[i];
-  if (static_cast<int64_t>(v.size()) > max_elems) os << ", ...";
+  for (int64_t i = 0; i < shown; ++i) os << (i ? ", " : "") << v[static_cast<size_t>(i)];
+  if (numel() > shown) os << (shown ? ", ..." : "...");
   os << "])";
   return os.str();
 }

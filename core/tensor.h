@@ -139,6 +139,7 @@ class Tensor {
   // Accumulated gradient (undefined tensor if none).
   Tensor grad() const;
   void set_grad(const Tensor& g) const;
+  // Keeps the gradient of a non-leaf in grad(), accumulated over backward passes as a leaf's is.
   void retain_grad() const;
   // Runs backward from this tensor; grad defaults to 1 for a one-element tensor.
   void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <set>
+#include <unordered_set>
 
 #include "autograd/engine.h"
 #include "nn/activation_checkpoint.h"
@@ -10,11 +11,19 @@
 
 namespace zdl::nn {
 
+// Kept per backward pass (autograd::backward_pass()): armed when the first gradient of the
+// pass reaches one of the module's outputs, fired once in that pass.
 struct Module::PostBackwardState {
   int expected = 0;   // distinct parameters (recursive) that require grad
-  int remaining = 0;  // still awaited in the current pass
-  bool armed = false;
-  bool callback_queued = false;
+  int remaining = 0;  // still awaited in the armed pass
+  uint64_t armed_pass = 0, fired_pass = 0;
+
+  bool fire(uint64_t pass) {  // whether the hooks run now: once per pass, if armed in it
+    if (pass == 0 || armed_pass != pass) return false;
+    armed_pass = 0;
+    fired_pass = pass;
+    return true;
+  }
 };
 
 void Module::check_name(const std::string& name, const char* what) const {
@@ -77,11 +86,17 @@ void Module::register_module_impl(const std::string& name, const std::shared_ptr
       stack.push_back(c.get());
     }
   }
-  child->rename_tree(full_prefix_ + name + ".");
   children_.emplace_back(name, child);
+  // Names follow named_parameters(): this module's whole subtree in its order, a module reached
+  // twice (registered under two parents) keeping its first path. Renaming the new child alone
+  // gave a shared module the path of its last registration, where named_parameters() lists it
+  // under its first.
+  std::unordered_set<const Module*> seen;
+  rename_tree(full_prefix_, seen);
 }
 
-void Module::rename_tree(const std::string& prefix) {
+void Module::rename_tree(const std::string& prefix, std::unordered_set<const Module*>& seen) {
+  if (!seen.insert(this).second) return;
   auto rename = [&](NamedTensors& list) {
     for (auto& [local, t] : list) {
       // Rename only tensors named by this module's registration (a tied weight keeps the
@@ -95,7 +110,7 @@ void Module::rename_tree(const std::string& prefix) {
   rename(params_);
   rename(buffers_);
   full_prefix_ = prefix;
-  for (auto& [name, child] : children_) child->rename_tree(prefix + name + ".");
+  for (auto& [name, child] : children_) child->rename_tree(prefix + name + ".", seen);
 }
 
 void Module::collect_parameters(const std::string& prefix, NamedTensors& out, std::vector<const TensorImpl*>& seen,
@@ -124,10 +139,17 @@ TensorList Module::parameters(bool recurse) const {
 
 NamedTensors Module::named_buffers(bool recurse) const {
   NamedTensors out;
-  for (const auto& [local, t] : buffers_) out.emplace_back(local, t);
-  if (recurse)
-    for (const auto& [name, child] : children_)
-      for (auto& [n, t] : child->named_buffers(true)) out.emplace_back(name + "." + n, t);
+  std::vector<const TensorImpl*> seen;  // a buffer shared by two modules once, as parameters
+  auto collect = [&](auto& self, const Module& m, const std::string& prefix) -> void {
+    for (const auto& [local, t] : m.buffers_) {
+      if (std::find(seen.begin(), seen.end(), t.impl()) != seen.end()) continue;
+      seen.push_back(t.impl());
+      out.emplace_back(prefix + local, t);
+    }
+    if (!recurse) return;
+    for (const auto& [name, child] : m.children_) self(self, *child, prefix + name + ".");
+  };
+  collect(collect, *this, "");
   return out;
 }
 
@@ -278,21 +300,19 @@ HookHandle Module::register_post_backward_hook(BackwardHook h) {
     ++post_state_->expected;
     p.register_post_accumulate_grad_hook([this, weak](Tensor&) {
       auto st = weak.lock();
-      if (!st || !st->armed) return;
-      if (--st->remaining == 0) {
-        st->armed = false;
-        run_hooks(hooks_->post_bwd, *this);
-      }
+      const uint64_t pass = autograd::backward_pass();
+      if (!st || pass == 0 || st->armed_pass != pass) return;
+      if (--st->remaining == 0 && st->fire(pass)) run_hooks(hooks_->post_bwd, *this);
     });
   }
   return handle;
 }
 
-void Module::arm_post_backward() {
-  if (!post_state_) return;
-  post_state_->armed = true;
+bool Module::arm_post_backward(uint64_t pass) {
+  if (!post_state_ || post_state_->armed_pass == pass || post_state_->fired_pass == pass) return false;
+  post_state_->armed_pass = pass;
   post_state_->remaining = post_state_->expected;
-  post_state_->callback_queued = false;
+  return true;
 }
 
 TensorList Module::call(const TensorList& inputs, const std::function<TensorList(const TensorList&)>& body) {
@@ -300,26 +320,24 @@ TensorList Module::call(const TensorList& inputs, const std::function<TensorList
   TensorList outputs = checkpoint_activations_ && grad_enabled() ? checkpointed_forward(*this, inputs, body) : body(inputs);
   if (hooks_) run_hooks(hooks_->fwd_post, *this, inputs, outputs);
   if (!grad_enabled() || !hooks_ || (hooks_->bwd_pre.empty() && hooks_->post_bwd.empty())) return outputs;
-  arm_post_backward();
-  // The first gradient to reach any output fires the backward pre-hooks, and queues the
-  // end-of-backward check that fires post-backward hooks for parameters that got no gradient.
-  auto fired = std::make_shared<bool>(false);
+  // In each backward pass, the first gradient to reach any output of this call fires the backward
+  // pre-hooks and arms the post-backward hooks (once per pass), queueing the end-of-pass check
+  // that fires them for parameters that got no gradient. Per pass, not per forward: two
+  // forwards then two backwards, or a retained graph run twice, fire the hooks in each pass.
+  auto fired = std::make_shared<uint64_t>(0);  // the last pass that reached this call's outputs
   std::weak_ptr<PostBackwardState> weak = post_state_;
   for (const Tensor& out : outputs) {
     if (!out.defined() || !out.requires_grad()) continue;
     out.register_hook([this, fired, weak](const Tensor&) {
-      if (*fired) return Tensor();
-      *fired = true;
+      const uint64_t pass = autograd::backward_pass();
+      if (*fired == pass) return Tensor();
+      *fired = pass;
       run_hooks(hooks_->bwd_pre, *this);
-      if (auto st = weak.lock(); st && !st->callback_queued) {
-        st->callback_queued = true;
-        autograd::queue_callback([this, weak] {
+      if (arm_post_backward(pass))
+        autograd::queue_callback([this, weak, pass] {
           auto s = weak.lock();
-          if (!s || !s->armed) return;
-          s->armed = false;
-          run_hooks(hooks_->post_bwd, *this);
+          if (s && s->fire(pass)) run_hooks(hooks_->post_bwd, *this);
         });
-      }
       return Tensor();
     });
   }

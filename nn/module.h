@@ -9,10 +9,12 @@
 // remove() unregisters it):
 // - forward pre-hooks / post-hooks run around `forward` when a module is called through
 //   `call` / operator();
-// - backward pre-hooks run when the gradient of the module's output first arrives;
-// - post-backward hooks run once per backward pass, after every parameter of the module
-//   (recursively) that received a gradient has it fully accumulated; parameters that got no
-//   gradient in that pass are waited for only until the end of the backward pass.
+// - backward pre-hooks run when the gradient of the module's output first arrives, in each
+//   backward pass (a retained graph run twice runs them twice);
+// - post-backward hooks run once per backward pass that reaches the module's outputs, after
+//   every parameter of the module (recursively) that received a gradient has it fully
+//   accumulated; parameters that got no gradient in that pass are waited for only until the end
+//   of the backward pass.
 //
 //   struct TwoLayer : nn::Module {
 //     std::shared_ptr<nn::Linear> fc1, fc2;
@@ -25,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -142,10 +145,10 @@ class Module : public std::enable_shared_from_this<Module> {
  private:
   void register_module_impl(const std::string& name, const std::shared_ptr<Module>& child);
   void check_name(const std::string& name, const char* what) const;
-  void rename_tree(const std::string& prefix);
+  void rename_tree(const std::string& prefix, std::unordered_set<const Module*>& seen);
   void collect_parameters(const std::string& prefix, NamedTensors& out, std::vector<const TensorImpl*>& seen,
                           bool recurse) const;
-  void arm_post_backward();
+  bool arm_post_backward(uint64_t pass);  // false: already armed or fired in this pass
   HookHandle::Table& hook_table();
   void to_string_impl(std::string& out, const std::string& name, int depth) const;
 

@@ -35,6 +35,18 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
     offsets_.push_back(std::move(offs));
     flat_.emplace_back();
   }
+  // Two unnamed parameters (or two models' "fc.weight") shared one key: a load gave both the
+  // state of one of them.
+  std::map<std::string, int> uses;
+  for (auto& g : groups_)
+    for (auto& p : g.params) ++uses[p.name()];
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    keys_.emplace_back();
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const std::string& n = groups_[g].params[i].name();
+      keys_[g].push_back(!n.empty() && uses[n] == 1 ? n : detail::str("group", g, ".param", i));
+    }
+  }
 }
 
 void check_grad_scale(double grad_scale, const char* who) {
@@ -73,7 +85,7 @@ NamedTensors Optimizer::state() const {
         Tensor flat = flat_[g][k];
         Tensor view = Tensor::from_storage(flat.storage(), p.shape(), contiguous_strides(p.shape()),
                                            offsets_[g][i], flat.dtype());
-        out.emplace_back(p.name() + "." + kinds_[k], view);
+        out.emplace_back(keys_[g][i] + "." + kinds_[k], view);
       }
     }
   out.emplace_back("step", Tensor::scalar(static_cast<double>(step_), DType::I64));
@@ -135,6 +147,7 @@ void AdamW::step(double grad_scale) {
         kernels::cpu::adamw_update<T>(p.numel(), p.data<T>(), grad.data<T>(), flat_state(g, 0).data<S>() + off,
                                       flat_state(g, 1).data<S>() + off, h, grad_scale);
       });
+      p.storage()->bump_version();  // an in-place write: a graph that saved p refuses its backward
     }
   }
 }
@@ -162,6 +175,7 @@ void SGD::step(double grad_scale) {
         kernels::cpu::sgd_update<T>(p.numel(), p.data<T>(), grad.data<T>(), flat_state(g, 0).data<S>() + off, lr_,
                                     options.momentum, groups_[g].weight_decay, grad_scale);
       });
+      p.storage()->bump_version();
     }
   }
 }

@@ -41,7 +41,9 @@ class Optimizer {
   int64_t step_count() const { return step_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
 
-  // Per-parameter views of the state for checkpoints: "<param name>.<kind>", plus "step".
+  // Per-parameter views of the state for checkpoints: "<param name>.<kind>", plus "step". A
+  // parameter without a name of its own (empty, or one another parameter also has) is
+  // "group<g>.param<i>" instead, so that every key names one parameter.
   NamedTensors state() const;
   // Loads what state() wrote (shapes checked; all names must be present).
   void load_state(const NamedTensors& state);
@@ -61,6 +63,7 @@ class Optimizer {
   std::vector<std::string> kinds_;
   std::vector<std::vector<Tensor>> flat_;       // [group][kind]
   std::vector<std::vector<int64_t>> offsets_;   // [group][param]
+  std::vector<std::vector<std::string>> keys_;  // [group][param]: state()'s name of each
 };
 
 struct AdamWOptions {

@@ -8,11 +8,13 @@
 #include <vector>
 
 #include "autograd/engine.h"
+#include "error_of.h"
 #include "gradcheck.h"
 
 namespace zdl {
 
 using testing::rand_leaf;
+using ::zdl::testing::error_of;
 
 TEST(Engine, GradientsAccumulateAcrossBackwardCalls) {
   Tensor x = rand_leaf({3}, 1);
@@ -196,9 +198,37 @@ TEST(Engine, RetainGradKeepsNonLeafGradient) {
   Tensor x = rand_leaf({3}, 8);
   Tensor y = mul(x, 3.0);
   y.retain_grad();
-  sum(mul(y, y)).backward();
+  Tensor z = sum(mul(y, y));
+  z.backward(Tensor(), /*retain_graph=*/true);
   auto yv = y.to_vector(), gy = y.grad().to_vector();
   for (size_t i = 0; i < yv.size(); ++i) EXPECT_NEAR(gy[i], 2 * yv[i], 1e-12);
+  // A second pass adds to it, as to a leaf's (it used to overwrite: 2y, where x's grad doubled).
+  z.backward();
+  gy = y.grad().to_vector();
+  for (size_t i = 0; i < yv.size(); ++i) EXPECT_NEAR(gy[i], 4 * yv[i], 1e-12);
+}
+
+// A hook's replacement gradient is checked as the graph's own are: the op's backward trusts its
+// shape and dtype (a [1] gradient for a [4096] output made gelu's backward read past its end).
+TEST(Engine, GradientsOfTheWrongShapeOrDtypeFromHooksOrSeedsAreRefused) {
+  Tensor x = rand_leaf({64}, 21);
+  Tensor h = gelu(x);
+  h.register_hook([](const Tensor&) { return Tensor::ones({1}, DType::F64); });
+  std::string msg = error_of([&] { sum(h).backward(); });
+  EXPECT_NE(msg.find("gradient returned by a hook for output 0 of"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("shape=[1] but the output has shape=[64]"), std::string::npos) << msg;
+  Tensor h2 = gelu(x);
+  h2.register_hook([](const Tensor& g) { return g.to(DType::F32); });
+  msg = error_of([&] { sum(h2).backward(); });
+  EXPECT_NE(msg.find("has dtype f32 but the output has dtype f64"), std::string::npos) << msg;
+  Tensor y = mul(x, 2.0);
+  msg = error_of([&] { y.backward(Tensor::ones({64}, DType::F32)); });
+  EXPECT_NE(msg.find("backward: gradient dtype f32 != output dtype f64"), std::string::npos) << msg;
+  Tensor leaf = rand_leaf({4}, 22);
+  leaf.register_hook([](const Tensor&) { return Tensor::ones({2}, DType::F64); });
+  msg = error_of([&] { sum(mul(leaf, 2.0)).backward(); });
+  EXPECT_NE(msg.find("(after its hooks)"), std::string::npos) << msg;
+  EXPECT_FALSE(x.grad().defined());
 }
 
 TEST(Engine, LeafGradIsAccountedAsGradientAndAccumulatesInPlace) {

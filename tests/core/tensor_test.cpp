@@ -75,11 +75,28 @@ TEST(Tensor, FactoriesAndViewsRefuseWhatTheyCannotHold) {
 }
 
 // An expanded view names one element several times: add_ into it added 4 times into that element.
+// A printout shows the first values in the tensor's own (logical) order; none for a count <= 0
+// (it printed "values=[, ...]").
+TEST(Tensor, PrintingShowsTheFirstValues) {
+  Tensor t = Tensor::from_vector(std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {2, 5}, DType::F32);
+  EXPECT_NE(t.to_string().find("values=[1, 2, 3, 4, 5, 6, 7, 8, ...])"), std::string::npos) << t.to_string();
+  EXPECT_NE(t.to_string(0).find("values=[...])"), std::string::npos) << t.to_string(0);
+  EXPECT_NE(t.to_string(-1).find("values=[...])"), std::string::npos) << t.to_string(-1);
+  EXPECT_NE(t.to_string(10).find("values=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10])"), std::string::npos);
+  EXPECT_NE(transpose(t, 0, 1).to_string(3).find("values=[1, 6, 2, ...])"), std::string::npos);
+  EXPECT_NE(slice(t, 1, 2, 4).to_string().find("values=[3, 4, 8, 9])"), std::string::npos);
+  EXPECT_NE(Tensor::zeros({0}).to_string().find("values=[])"), std::string::npos);
+}
+
 TEST(Tensor, AddIntoAnExpandedViewIsRefused) {
   Tensor base = Tensor::zeros({1, 3});
   Tensor wide = expand(base, {4, 3});
   EXPECT_NE(error_of([&] { add_(wide, Tensor::ones({4, 3})); }).find("repeats elements (an expanded view)"),
             std::string::npos);
+  // copy_ too: it kept the last row's values silently.
+  EXPECT_NE(error_of([&] { wide.copy_(Tensor::randn({4, 3}, 1)); }).find("copy_: the destination of shape=[4,3]"),
+            std::string::npos);
+  expand(base, {1, 3}).copy_(Tensor::zeros({1, 3}));  // size 1 along the stride 0: one element each
   EXPECT_EQ(base.to_vector(), (std::vector<double>{0, 0, 0}));
   add_(base, Tensor::ones({1, 3}));
   EXPECT_EQ(base.to_vector(), (std::vector<double>{1, 1, 1}));

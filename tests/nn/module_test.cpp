@@ -39,6 +39,36 @@ TEST(Module, NamesAreDottedAndInRegistrationOrder) {
   EXPECT_NE(m->to_string().find("(fc2): Linear(in=16, out=1, bias=true)"), std::string::npos) << m->to_string();
 }
 
+// A module under two parents is listed once, under the first path named_parameters() reaches;
+// the tensors' own names (in every error message) must say the same. They used to follow the
+// last registration, whichever parent that was.
+TEST(Module, AModuleUnderTwoParentsIsNamedByItsFirstPathEverywhere) {
+  struct Holder : Module {
+    explicit Holder(std::shared_ptr<Linear> fc) : Module("Holder") { register_module("fc", std::move(fc)); }
+  };
+  for (bool first_registered_first : {true, false}) {
+    auto fc = std::make_shared<Linear>(2, 2);
+    auto a = std::make_shared<Holder>(fc), b = std::make_shared<Holder>(fc);  // a registers fc first
+    Tensor mask = Tensor::zeros({3});  // a buffer two modules share is listed once, as parameters are
+    a->register_buffer("mask", mask);
+    b->register_buffer("mask", mask);
+    auto root = std::make_shared<Module>("Root");
+    root->register_module("e1", first_registered_first ? a : b);
+    root->register_module("e2", first_registered_first ? b : a);
+    auto named = root->named_parameters();
+    ASSERT_EQ(named.size(), 2u);
+    EXPECT_EQ(named[0].first, "e1.fc.weight");
+    for (auto& [n, t] : named) {
+      EXPECT_EQ(t.name(), n) << first_registered_first;
+      EXPECT_EQ(t.storage()->label(), n);
+    }
+    auto buffers = root->named_buffers();
+    ASSERT_EQ(buffers.size(), 1u);
+    EXPECT_EQ(buffers[0].first, "e1.mask");
+    EXPECT_EQ(root->state_dict().size(), 3u);
+  }
+}
+
 TEST(Module, RejectsBadNames) {
   Module m("M");
   EXPECT_NE(error_of([&] { m.register_parameter("", {2}, Init::zeros()); }).find("empty"), std::string::npos);
@@ -176,6 +206,31 @@ TEST(Module, HooksFireInOrderAndPostBackwardOncePerPass) {
   events.clear();
   sum((*m)(x)).backward();
   EXPECT_EQ(std::count(events.begin(), events.end(), "post_bwd fc1"), 1);
+}
+
+// Backward hooks are kept per pass, not per forward: two forwards then two backwards, or a
+// retained graph run twice, fire both kinds in each pass (they used to fire in the first only:
+// the second call's arming was used up by the first pass).
+TEST(Module, BackwardHooksFireInEveryPassThatReachesTheModule) {
+  auto m = std::make_shared<TwoLayer>();
+  int pre = 0, post = 0;
+  m->register_backward_pre_hook([&](Module&) { ++pre; });
+  m->register_post_backward_hook([&](Module& mod) {
+    for (auto& p : mod.parameters()) EXPECT_TRUE(p.grad().defined());
+    ++post;
+  });
+  Tensor a = sum((*m)(Tensor::randn({3, 8}, 1)));
+  Tensor b = sum((*m)(Tensor::randn({3, 8}, 2)));
+  a.backward();
+  b.backward();
+  EXPECT_EQ(pre, 2);
+  EXPECT_EQ(post, 2);
+  pre = post = 0;
+  Tensor c = sum((*m)(Tensor::randn({3, 8}, 3)));
+  c.backward(Tensor(), /*retain_graph=*/true);
+  c.backward();
+  EXPECT_EQ(pre, 2);
+  EXPECT_EQ(post, 2);
 }
 
 TEST(Module, RemovedHooksNoLongerFire) {

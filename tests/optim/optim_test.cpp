@@ -88,6 +88,38 @@ TEST(AdamW, StateRoundTripsAndContinuesIdentically) {
   EXPECT_EQ(st[0].second.storage()->category(), MemoryCategory::OptimizerState);
 }
 
+// Unnamed parameters (or two with one name) each get a key of their own: they used to share
+// ".exp_avg", and a load gave both the moments of one.
+TEST(AdamW, StateKeysNameEveryParameterOnceEvenWithoutNames) {
+  auto unnamed = [](uint64_t seed) {
+    Tensor p = Tensor::randn({3}, seed);
+    p.set_requires_grad(true);
+    return p;
+  };
+  Tensor a1 = unnamed(1), a2 = unnamed(2), a3 = leaf({3}, 3), a4 = leaf({3}, 3);  // a3, a4 both "p3"
+  Tensor b1 = unnamed(1), b2 = unnamed(2), b3 = leaf({3}, 3), b4 = leaf({3}, 3);
+  AdamW oa({{"g", {a1, a2}, 0.0}, {"h", {a3, a4}, 0.0}}, {.lr = 0.1});
+  std::vector<Tensor> as{a1, a2, a3, a4}, bs{b1, b2, b3, b4};
+  for (size_t i = 0; i < as.size(); ++i) as[i].set_grad(Tensor::randn({3}, 50 + i));
+  oa.step();
+  std::vector<std::string> keys;
+  for (auto& [k, t] : oa.state()) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"group0.param0.exp_avg", "group0.param0.exp_avg_sq",
+                                            "group0.param1.exp_avg", "group0.param1.exp_avg_sq",
+                                            "group1.param0.exp_avg", "group1.param0.exp_avg_sq",
+                                            "group1.param1.exp_avg", "group1.param1.exp_avg_sq", "step"}));
+  AdamW ob({{"g", {b1, b2}, 0.0}, {"h", {b3, b4}, 0.0}}, {.lr = 0.1});
+  for (size_t i = 0; i < as.size(); ++i) bs[i].copy_(as[i]);
+  ob.load_state(oa.state());
+  for (size_t i = 0; i < as.size(); ++i) {
+    as[i].set_grad(Tensor::randn({3}, 60 + i));
+    bs[i].set_grad(Tensor::randn({3}, 60 + i));
+  }
+  oa.step();
+  ob.step();
+  for (size_t i = 0; i < as.size(); ++i) EXPECT_EQ(as[i].to_vector(), bs[i].to_vector()) << i;
+}
+
 // A strided parameter (a slice with a step) had its neighbours in the storage updated instead,
 // a parameter listed twice was updated twice, and NaN hyperparameters turned every parameter
 // into NaN: each is refused.
@@ -112,6 +144,28 @@ TEST(Optimizer, RefusesWhatItWouldUpdateWrong) {
   EXPECT_EQ(w.to_vector(), before);
   Tensor a = leaf({2}, 2), b = leaf({2}, 3);  // two views of one storage at different offsets are two parameters
   SGD({{"g", {a, b}, 0.0}}, {.lr = 1.0});
+}
+
+// A step writes the parameters in place: a graph built before it saved the old values, and its
+// backward must refuse them, as after any in-place write (it used to run through the new
+// weights silently: the GAN pattern, step one model then backward through it).
+TEST(Optimizer, AStepMakesAGraphThatSavedTheParametersRefuseItsBackward) {
+  for (int kind = 0; kind < 2; ++kind) {
+    Tensor x = leaf({1, 2}, 5), w = leaf({2, 1}, 6);
+    std::unique_ptr<Optimizer> opt;
+    if (kind == 0) opt = std::make_unique<SGD>(std::vector<ParamGroup>{{"g", {w}, 0.0}}, SGDOptions{.lr = 1.0});
+    else opt = std::make_unique<AdamW>(std::vector<ParamGroup>{{"g", {w}, 0.0}}, AdamWOptions{.lr = 1e-3});
+    Tensor y = sum(matmul(x, w));  // saves w for x's gradient
+    w.set_grad(Tensor::ones({2, 1}));
+    opt->step();
+    const std::string msg = error_of([&] { y.backward(); });
+    EXPECT_NE(msg.find("changed in place after the forward"), std::string::npos) << kind << ": " << msg;
+    EXPECT_NE(msg.find("p6"), std::string::npos) << msg;  // names the parameter
+    // A forward after the step is fine.
+    x.set_grad(Tensor());
+    sum(matmul(x, w)).backward();
+    EXPECT_TRUE(x.grad().defined());
+  }
 }
 
 TEST(SGD, MomentumMatchesRule) {
