@@ -8,6 +8,13 @@
 
 namespace zdl::optim {
 
+namespace {
+// A parameter in a message: its name, or its place for a tensor without one.
+std::string named(const Tensor& p, const std::string& group, size_t i) {
+  return p.name().empty() ? detail::str("#", i, " (unnamed) of group '", group, "'") : "'" + p.name() + "'";
+}
+}  // namespace
+
 Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
   ZDL_CHECK(!groups_.empty(), "optimizer: no parameter groups given");
   std::map<std::pair<const void*, int64_t>, std::string> seen;  // each parameter (storage, offset) once
@@ -15,20 +22,21 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
     ZDL_CHECK(std::isfinite(g.weight_decay), "optimizer: group '", g.name, "' has weight decay ", g.weight_decay);
     std::vector<int64_t> offs;
     int64_t at = 0;
-    for (auto& p : g.params) {
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      const Tensor& p = g.params[i];
       check_defined(p, "optimizer", "param");
-      ZDL_CHECK(p.is_leaf() && p.requires_grad(), "optimizer: parameter '", p.name(),
-                "' must be a leaf that requires grad");
-      ZDL_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::F64, "optimizer: parameter '", p.name(),
-                "' has dtype ", dtype_name(p.dtype()), "; masters must be f32 (or f64 for checks)");
+      const std::string who = named(p, g.name, i);
+      ZDL_CHECK(p.is_leaf() && p.requires_grad(), "optimizer: parameter ", who, " must be a leaf that requires grad");
+      ZDL_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::F64, "optimizer: parameter ", who, " has dtype ",
+                dtype_name(p.dtype()), "; masters must be f32 (or f64 for checks)");
       ZDL_CHECK(p.dtype() == g.params[0].dtype(), "optimizer: group '", g.name, "' mixes dtypes");
       // The update walks numel() elements from data(): a strided view (a slice with a step) would
       // have its neighbours updated instead, and a parameter listed twice would be updated twice.
-      ZDL_CHECK(p.is_contiguous(), "optimizer: parameter '", p.name(), "' of shape=", shape_str(p.shape()),
+      ZDL_CHECK(p.is_contiguous(), "optimizer: parameter ", who, " of shape=", shape_str(p.shape()),
                 " is not contiguous; give the optimizer the tensor it views, or a contiguous copy");
       const auto [it, fresh] = seen.emplace(std::make_pair(static_cast<const void*>(p.storage().get()), p.offset()), g.name);
-      ZDL_CHECK(fresh, "optimizer: parameter '", p.name(), "' is listed twice, in group '", it->second,
-                "' and in group '", g.name, "'; list each parameter once");
+      ZDL_CHECK(fresh, "optimizer: parameter ", who, " is listed twice, in group '", it->second, "' and in group '",
+                g.name, "'; list each parameter once");
       offs.push_back(at);
       at += p.numel();
     }
@@ -137,7 +145,7 @@ void AdamW::step(double grad_scale) {
       const Tensor& p = groups_[g].params[i];
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
-      ZDL_CHECK(p.device().is_cpu(), "AdamW: parameter '", p.name(), "' is on ", p.device().str(),
+      ZDL_CHECK(p.device().is_cpu(), "AdamW: parameter ", named(p, groups_[g].name, i), " is on ", p.device().str(),
                 "; the CPU optimizer needs CPU parameters");
       if (!grad.is_contiguous()) grad = grad.contiguous_copy();
       int64_t off = offset_of(g, i);

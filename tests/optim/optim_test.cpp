@@ -127,7 +127,9 @@ TEST(Optimizer, RefusesWhatItWouldUpdateWrong) {
   Tensor base = Tensor::zeros({6});
   Tensor strided = slice(base, 0, 0, 6, 2);
   strided.set_requires_grad(true);
-  EXPECT_NE(error_of([&] { SGD({{"g", {strided}, 0.0}}, {.lr = 1.0}); }).find("is not contiguous"), std::string::npos);
+  EXPECT_NE(error_of([&] { SGD({{"g", {strided}, 0.0}}, {.lr = 1.0}); })
+                .find("parameter #0 (unnamed) of group 'g' of shape=[3] is not contiguous"),
+            std::string::npos);  // a tensor without a name is named by its place (it was "parameter ''")
   Tensor w = leaf({3}, 1);
   EXPECT_NE(error_of([&] { SGD({{"g", {w, w}, 0.0}}, {.lr = 1.0}); }).find("is listed twice, in group 'g' and in group 'g'"),
             std::string::npos);
