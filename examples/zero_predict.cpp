@@ -23,7 +23,12 @@
 // buffer, and the activations each block keeps from forward to backward (per token
 // (17 C + NH + 4) s; C s under activation checkpointing, plus one block's while it recomputes).
 // Not counted: the logits and the forward's temporaries (the walkthrough measures those), the
-// allocator's slack, the framework itself.
+// allocator's slack, the framework itself. The step peak is an estimate, not a bound: it adds
+// each category's own peak, though they come at different moments (an over-count), and leaves
+// out the above (an under-count). Measured peaks ran from 0.98x the estimate (the walkthrough's
+// model) to 1.25x (a model whose logits outweigh its blocks): docs/walkthrough.md. The table,
+// the peak and --memory-gib count every state in memory; with --offload-* the offload lines
+// below it say what leaves.
 //
 // With --tflops (the compute rate a rank reaches) and --link-gbps / --link-latency-us (its link),
 // also ZeRO-3's overlap per block: the forward and backward compute next to the all-gather and
@@ -68,7 +73,7 @@ constexpr ZeroStage kStages[] = {ZeroStage::DDP, ZeroStage::One, ZeroStage::Two,
 
 struct Args {
   std::string model;
-  int64_t n_layer = 12, n_embd = 768, n_head = 12, vocab = 50257, seq = 1024;
+  int64_t n_layer = 12, n_embd = 768, n_head = 12, vocab = 50257, seq = 1024, vocab_multiple = 1;
   std::vector<int64_t> ranks = {1, 2, 4, 8, 64, 1024};
   std::string dtype = "f32";
   int64_t micro_batch = 1;
@@ -77,7 +82,7 @@ struct Args {
   double memory_gib = 0;
   double tflops = 0, link_gbps = 0, link_latency_us = 5;  // the overlap model (0: not asked)
   std::string offload_optimizer = "none", offload_params = "none";
-  int64_t grad_accum = 1;  // micro-steps per step: the parameter-offload reads of the gathers
+  int64_t grad_accum = 1;  // micro-steps per step: each repeats the gathers and the reduction
   // The cluster (docs/multinode.md): ranks per node, and with --tflops each link's bandwidth.
   int64_t ranks_per_node = 0;
   double intra_gbps = 0, inter_gbps = 0;
@@ -118,7 +123,8 @@ Prediction predict(const Args& a, const nn::GPTConfig& cfg, ZeroStage st, int64_
   // K checkpoints blocks 0, K, 2K, ...: those keep their input, and one of them recomputes at a time.
   const int64_t ckpt = a.checkpoint_every > 0 ? (cfg.n_layer + a.checkpoint_every - 1) / a.checkpoint_every : 0;
   p.activations = ckpt * b.checkpointed + (cfg.n_layer - ckpt) * b.kept + (ckpt > 0 ? b.kept : 0);
-  p.traffic = dist::traffic_closed_form(st, units.total(), static_cast<int64_t>(units.blocks.size()) + 1, N, e);
+  p.traffic =
+      dist::traffic_closed_form(st, units.total(), static_cast<int64_t>(units.blocks.size()) + 1, N, e, a.grad_accum);
   for (const auto& t : p.traffic) p.wire += t.wire;
   return p;
 }
@@ -317,7 +323,7 @@ void print_cluster(const Args& a, const nn::GPTConfig& cfg, int64_t N, dist::Ele
     int64_t states = 0, wire = 0, inter = 0;
     for (const auto& [cat, bytes] : dist::state_bytes_closed_form(l.stage, units.total(), l.layout.K(), e)) states += bytes;
     double latency = 0;
-    for (const dist::ExpectedTraffic& t : dist::traffic_closed_form(l.stage, sizes, l.layout, e)) {
+    for (const dist::ExpectedTraffic& t : dist::traffic_closed_form(l.stage, sizes, l.layout, e, a.grad_accum)) {
       wire += t.wire;
       inter += t.inter_node;
       const double group = t.phase == dist::CommPhase::Other ? static_cast<double>(l.layout.K())
@@ -382,6 +388,10 @@ int main(int argc, char** argv) {
   app.add_option("--n-embd", a.n_embd, "channels C")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--n-head", a.n_head, "attention heads")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--vocab", a.vocab, "vocabulary (wte's rows)")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_option("--vocab-multiple", a.vocab_multiple,
+                 "as train_gpt's: wte's rows padded to a multiple of this (1: none; train_gpt pads GPT-2's 50257 to "
+                 "50304 with 128 on llm.c shards)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--seq", a.seq, "context T (wpe's rows; the activations' sequence length)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--ranks", a.ranks, "world sizes N, comma-separated")
@@ -394,7 +404,9 @@ int main(int argc, char** argv) {
                  "as train_gpt's: blocks 0, K, 2K, ... keep only their input (0: off; 1: every block)")
       ->check(CLI::Range(int64_t{0}, kMaxLayers));
   app.add_option("--prefetch", a.prefetch, "ZeRO-3 units gathered ahead")->check(CLI::Range(0, 64));
-  app.add_option("--memory-gib", a.memory_gib, "also find the largest n_layer whose step peak fits this per rank")
+  app.add_option("--memory-gib", a.memory_gib,
+                 "also find the largest n_layer whose estimated step peak fits this per rank (an estimate: measure "
+                 "the largest with train_gpt --max-memory-per-rank)")
       ->check(CLI::Range(0.0, 1e9));
   app.add_option("--tflops", a.tflops, "the overlap model: TFLOP/s a rank computes at (with --link-gbps)")
       ->check(CLI::Range(1e-6, 1e6));
@@ -407,7 +419,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "nvme", "cpu"}));
   app.add_option("--offload-params", a.offload_params, "ZeRO-3's parameter shards: none or nvme (ZeRO-3 rows only)")
       ->check(CLI::IsMember({"none", "nvme"}));
-  app.add_option("--grad-accum", a.grad_accum, "micro-steps per step (the offloaded shards' reads per gather)")
+  app.add_option("--grad-accum", a.grad_accum,
+                 "micro-steps per step: each repeats ZeRO-3's gathers and the gradient reduction (train_gpt's "
+                 "default exact reduction), and the offloaded shards' reads")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--ranks-per-node", a.ranks_per_node,
                  "the cluster: ranks per node R; adds, per N, each layout's (DDP, ZeRO-3, HSDP, hpZ, ZeRO++) bytes "
@@ -436,9 +450,6 @@ int main(int argc, char** argv) {
       throw CLI::ValidationError("--tflops", "the overlap model needs both --tflops and --link-gbps (positive)");
     if (app.count("--link-latency-us") > 0 && a.tflops == 0)
       throw CLI::ValidationError("--link-latency-us", "applies to the overlap model: give --tflops and --link-gbps");
-    if (app.count("--grad-accum") > 0 && a.offload_optimizer != "nvme" && a.offload_params == "none")
-      throw CLI::ValidationError("--grad-accum", "counts the offloaded shards' reads: give --offload-optimizer nvme or "
-                                                 "--offload-params nvme");
     if (a.offload_optimizer == "cpu" && a.offload_params != "none")
       throw CLI::ValidationError("--offload-params", "NVMe offload runs on CPU ranks; --offload-optimizer cpu is a "
                                                      "GPU's: predict them one at a time");
@@ -455,13 +466,16 @@ int main(int argc, char** argv) {
     if (a.n_embd % a.n_head != 0)
       throw CLI::ValidationError("--n-embd", "n_embd " + std::to_string(a.n_embd) + " must be a multiple of n_head " +
                                                  std::to_string(a.n_head));
-    const nn::GPTConfig cfg{.vocab_size = a.vocab, .block_size = a.seq, .n_layer = a.n_layer, .n_head = a.n_head,
-                            .n_embd = a.n_embd};
+    const int64_t padded_vocab = (a.vocab + a.vocab_multiple - 1) / a.vocab_multiple * a.vocab_multiple;
+    const nn::GPTConfig cfg{.vocab_size = a.vocab, .padded_vocab_size = padded_vocab, .block_size = a.seq,
+                            .n_layer = a.n_layer, .n_head = a.n_head, .n_embd = a.n_embd};
     const dist::ElementBytes e = dist::ElementBytes::of(a.dtype == "bf16" ? DType::BF16 : DType::F32);
-    std::printf("GPT: n_layer %lld, n_embd %lld, n_head %lld, vocab %lld, seq %lld; %s (s = %lld, K = %lld); "
+    std::printf("GPT: n_layer %lld, n_embd %lld, n_head %lld, vocab %lld%s, seq %lld; %s (s = %lld, K = %lld); "
                 "micro-batch %lld%s; per rank\n",
                 static_cast<long long>(a.n_layer), static_cast<long long>(a.n_embd), static_cast<long long>(a.n_head),
-                static_cast<long long>(a.vocab), static_cast<long long>(a.seq), a.dtype.c_str(),
+                static_cast<long long>(a.vocab),
+                padded_vocab != a.vocab ? (" (padded to " + std::to_string(padded_vocab) + ")").c_str() : "",
+                static_cast<long long>(a.seq), a.dtype.c_str(),
                 static_cast<long long>(e.s), static_cast<long long>(e.k), static_cast<long long>(a.micro_batch),
                 a.checkpoint_every > 0 ? (", activation checkpointing every " + std::to_string(a.checkpoint_every) +
                                           (a.checkpoint_every == 1 ? " block" : " blocks")).c_str()

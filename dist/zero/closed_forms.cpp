@@ -200,8 +200,22 @@ std::vector<ExpectedTraffic> traffic(ZeroStage stage, int64_t P, int64_t units, 
 }
 }  // namespace
 
-std::vector<ExpectedTraffic> traffic_closed_form(ZeroStage stage, int64_t P, int64_t units, int64_t N, ElementBytes e) {
-  return traffic(stage, P, units, RankLayout{.N = N}, e);
+// A step of A micro-steps under the exact reduction: every micro-step gathers (ZeRO-3) and
+// reduces again; the post-step gathers and the norm's words stay once a step.
+std::vector<ExpectedTraffic> per_step(std::vector<ExpectedTraffic> w, int64_t micro_steps) {
+  for (ExpectedTraffic& t : w) {
+    if (t.phase == CommPhase::PostStepGather || t.phase == CommPhase::Other) continue;
+    t.calls *= micro_steps;
+    t.payload *= micro_steps;
+    t.wire *= micro_steps;
+    t.inter_node *= micro_steps;
+  }
+  return w;
+}
+
+std::vector<ExpectedTraffic> traffic_closed_form(ZeroStage stage, int64_t P, int64_t units, int64_t N, ElementBytes e,
+                                                 int64_t micro_steps) {
+  return per_step(traffic(stage, P, units, RankLayout{.N = N}, e), micro_steps);
 }
 
 int64_t quantized_gather_payload(int64_t padded_unit, int64_t K) {
@@ -209,7 +223,7 @@ int64_t quantized_gather_payload(int64_t padded_unit, int64_t K) {
 }
 
 std::vector<ExpectedTraffic> traffic_closed_form(ZeroStage stage, const std::vector<int64_t>& padded_units,
-                                                 const RankLayout& L, ElementBytes e) {
+                                                 const RankLayout& L, ElementBytes e, int64_t micro_steps) {
   const int64_t K = L.K(), R = std::min(K, L.R()), M = K / R;
   int64_t P = 0;
   Quantized q;
@@ -223,7 +237,7 @@ std::vector<ExpectedTraffic> traffic_closed_form(ZeroStage stage, const std::vec
       q.a2a_inter += 4 * W * (M - 1);
     }
   }
-  return traffic(stage, P, static_cast<int64_t>(padded_units.size()), L, e, q);
+  return per_step(traffic(stage, P, static_cast<int64_t>(padded_units.size()), L, e, q), micro_steps);
 }
 
 BlockActivations block_activation_bytes(int64_t batch, int64_t seq, int64_t n_embd, int64_t n_head, int64_t s) {

@@ -158,8 +158,12 @@ struct RankLayout {
 // A step without gradient accumulation: DDP all-reduces sP (wire 2 sP (N-1)/N); ZeRO-1/2
 // reduce-scatter sP and all-gather sP after the step (2 Psi); ZeRO-3 all-gathers sP in forward
 // and again in backward and reduce-scatters sP (3 Psi); wire = payload (N-1)/N. Stages 1-3 on
-// N > 1 ranks add the all-reduce of the gradient norm's exact square (phase Other).
-std::vector<ExpectedTraffic> traffic_closed_form(ZeroStage stage, int64_t P, int64_t units, int64_t N, ElementBytes e);
+// N > 1 ranks add the all-reduce of the gradient norm's exact square (phase Other). With
+// gradient accumulation (micro_steps A > 1, the exact reduction) every micro-step repeats the
+// gathers and the reduction: their calls and bytes are A times these; the post-step gathers
+// and the norm's stay once a step.
+std::vector<ExpectedTraffic> traffic_closed_form(ZeroStage stage, int64_t P, int64_t units, int64_t N, ElementBytes e,
+                                                 int64_t micro_steps = 1);
 // The same on a layout: the gathers and reduce-scatters run within the group of K (wire
 // s P (K-1)/K), and hybrid sharding adds the reduced shard's all-reduce over the G replicas
 // (payload s P/K, wire 2 s P/K (G-1)/G). Inter-node: a group's collectives when the group spans
@@ -172,7 +176,7 @@ std::vector<ExpectedTraffic> traffic_closed_form(ZeroStage stage, int64_t P, int
 // the reduce-scatter becomes two all-to-alls per unit (dist/zero/quantized_reduce.h), payload
 // 4 W (K + M), wire 4 W (K (R-1)/R + M-1), of which 4 W (M-1) across nodes (M = K / R nodes).
 std::vector<ExpectedTraffic> traffic_closed_form(ZeroStage stage, const std::vector<int64_t>& padded_units,
-                                                 const RankLayout& layout, ElementBytes e);
+                                                 const RankLayout& layout, ElementBytes e, int64_t micro_steps = 1);
 // qwZ: one training gather's payload of a unit of `padded_unit` elements sharded over K ranks.
 int64_t quantized_gather_payload(int64_t padded_unit, int64_t K);
 

@@ -163,10 +163,11 @@ inline std::vector<int64_t> padded_sizes(const ZeroPartitioner& z) {
 // layout: hybrid sharding's group and the nodes the ranks are posed on (comm's, which must agree);
 // its N is comm's. The bytes crossing nodes are checked too.
 inline void expect_traffic_closed_form(Communicator& comm, ZeroStage stage, int64_t checkpoint_every = 0,
-                                       RankLayout layout = {}) {
+                                       RankLayout layout = {}, int grad_accum = 1) {
   const int64_t N = comm.size();
   layout.N = N;
-  RunConfig c{.stage = stage, .steps = 2, .batch = std::max<int64_t>(4, N), .checkpoint_every = checkpoint_every,
+  RunConfig c{.stage = stage, .steps = 2, .grad_accum = grad_accum, .batch = std::max<int64_t>(4, N),
+              .checkpoint_every = checkpoint_every,
               .shard_group = static_cast<int>(layout.shard_group), .secondary_partition = layout.secondary_partition,
               .quantize_weights = layout.quantize_weights, .quantize_grads = layout.quantize_grads};
   Probe probe;
@@ -175,7 +176,7 @@ inline void expect_traffic_closed_form(Communicator& comm, ZeroStage stage, int6
     auto st = [](CollectiveKind k, CommPhase p) { return comm_ledger().stats(k, p); };
     std::vector<ExpectedTraffic> want;
     for (const ExpectedTraffic& w :
-         traffic_closed_form(stage, padded_sizes(z), layout, ElementBytes::of(DType::F32)))
+         traffic_closed_form(stage, padded_sizes(z), layout, ElementBytes::of(DType::F32), grad_accum))
       if (w.phase != CommPhase::Other) want.push_back(w);  // the norm's words: bounded below
     int64_t counted = 0;
     for (auto& w : want) {

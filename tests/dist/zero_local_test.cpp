@@ -42,7 +42,10 @@ TEST(ZeroLocal, MemoryFollowsClosedForms) {
 TEST(ZeroLocal, GptUnitsArePredicted) { expect_gpt_units_predicted(local()); }
 
 TEST(ZeroLocal, TrafficFollowsClosedForms) {
-  for (ZeroStage s : kAllStages) expect_traffic_closed_form(local(), s);
+  for (ZeroStage s : kAllStages) {
+    expect_traffic_closed_form(local(), s);
+    expect_traffic_closed_form(local(), s, 0, {}, /*grad_accum=*/3);  // every micro-step reduces (exact)
+  }
 }
 
 TEST(ZeroLocal, ActivationCheckpointingIsBitIdenticalAndKeepsTheTraffic) {

@@ -86,10 +86,29 @@ def check_overlap(exe):
            f"prefetch 0 / checkpointing: {res.stdout[-600:]}")
     expect("without prefetch every gather waits in full" in res.stdout, "prefetch 0: no saying so")
     for args, needle in ((["--tflops", "100"], "--link-gbps"), (["--link-latency-us", "50"], "--link-latency-us"),
-                         (["--tflops", "1e6", "--link-gbps", "1e-320"], "--link-gbps"),
-                         (["--grad-accum", "4"], "--grad-accum")):
+                         (["--tflops", "1e6", "--link-gbps", "1e-320"], "--link-gbps")):
         res = subprocess.run([exe, "--model", "gpt2", *args], capture_output=True, text=True, timeout=60)
         expect(res.returncode == 2 and needle in res.stderr + res.stdout, f"{args} accepted: {res.returncode}")
+    # Gradient accumulation: every micro-step reduces (and ZeRO-3 gathers) again, the post-step
+    # gathers and the norm's words stay once a step (it used to be refused without offload).
+    def traffic(args):
+        with tempfile.TemporaryDirectory() as out:
+            res = subprocess.run([exe, "--model", "gpt2", "--ranks", "8", "--out", out, *args], capture_output=True,
+                                 text=True, timeout=60)
+            expect(res.returncode == 0, f"{args}: {res.stderr}")
+            with open(os.path.join(out, "predict_traffic_n8.csv")) as f:
+                return {(r["stage"], r["collective"], r["phase"]): (int(r["calls"]), int(r["payload"]), int(r["wire"]))
+                        for r in csv.DictReader(f)}
+    # --vocab-multiple pads wte as train_gpt does (GPT-2's 50257 -> 50304: 47 rows of 768 more).
+    res = subprocess.run([exe, "--model", "gpt2", "--ranks", "8", "--vocab-multiple", "128"], capture_output=True,
+                         text=True, timeout=60)
+    expect("vocab 50257 (padded to 50304)" in res.stdout and "Psi = 124475904 parameters" in res.stdout,
+           f"--vocab-multiple 128: {res.stdout[:300]}")
+    one, four = traffic([]), traffic(["--grad-accum", "4"])
+    expect(one.keys() == four.keys() and len(one) >= 8, f"--grad-accum 4: other collectives {sorted(four)}")
+    for key, row in one.items():
+        times = 1 if key[2] in ("post_step_gather", "other") else 4
+        expect(four[key] == tuple(times * v for v in row), f"--grad-accum 4, {key}: {four[key]}, want {times} x {row}")
 
 
 def gib(b):
