@@ -28,7 +28,7 @@ for n in "${ranks[@]}"; do
       declare -A ms=() wire=() loss=()
       for red in exact native; do
         f="$tmp/m-$n-$stage-$accum-$red.jsonl"
-        OMP_NUM_THREADS=$(( threads / n > 0 ? threads / n : 1 )) mpirun -np "$n" "$build/examples/train_gpt" \
+        OMP_NUM_THREADS=$(( threads / n > 0 ? threads / n : 1 )) "${mpirun[@]}" -np "$n" "$build/examples/train_gpt" \
           "${model[@]}" --grad-accum "$accum" --steps "$steps" --zero-stage "$stage" --reduction "$red" \
           --eval-every 0 --warmup 2 --metrics "$f" >/dev/null
         read -r ms[$red] wire[$red] loss[$red] < <(summarize "$f")

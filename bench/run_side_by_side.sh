@@ -37,7 +37,7 @@ data="${TMPDIR:-/tmp}/zerodl-default-corpus.txt"  # the embedded corpus train_gp
 for n in "${ranks[@]}"; do
   per=$(( threads / n > 0 ? threads / n : 1 ))
   for stage in 0 1 2 3; do
-    OMP_NUM_THREADS=$per mpirun -np "$n" "$build/examples/train_gpt" "${train[@]}" --init-from "$tmp/init" \
+    OMP_NUM_THREADS=$per "${mpirun[@]}" -np "$n" "$build/examples/train_gpt" "${train[@]}" --init-from "$tmp/init" \
       --data "$data" --zero-stage "$stage" --metrics "$tmp/z-$n-$stage.jsonl" --metrics-all-ranks >/dev/null
   done
   if [ -n "$py" ]; then

@@ -27,7 +27,7 @@ for n in "${ranks[@]}"; do
   declare -A ms=()
   for stage in 0 1 2 3; do
     f="$tmp/m-$n-$stage.jsonl"
-    OMP_NUM_THREADS=$(( threads / n > 0 ? threads / n : 1 )) mpirun -np "$n" "$build/examples/train_gpt" "${model[@]}" \
+    OMP_NUM_THREADS=$(( threads / n > 0 ? threads / n : 1 )) "${mpirun[@]}" -np "$n" "$build/examples/train_gpt" "${model[@]}" \
       --steps "$steps" --zero-stage "$stage" --eval-every 0 --warmup 2 --metrics "$f" >/dev/null
     read -r m peak tok p g o < <(summarize "$f")
     ms[$stage]=$m

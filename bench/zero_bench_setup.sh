@@ -11,6 +11,9 @@ shift || true
 if [ $# -gt 0 ]; then ranks=("$@"); else ranks=(2 4); fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
+# The launcher, with flags a host needs (ZDL_MPIRUN="mpirun -launcher fork" where MPICH must
+# start its ranks by fork: scripts/gpu_check.sh's cpu stage).
+read -ra mpirun <<<"${ZDL_MPIRUN:-mpirun}"
 model=(--n-layer 4 --n-head 4 --n-embd 128 --seq 64 --batch 8)
 steps=15 warm=3
 tmp=$(mktemp -d)

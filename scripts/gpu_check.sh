@@ -21,9 +21,9 @@
 #   profile    one GPT-2 124M step's GPU time by kernel (Nsight Compute's ncu, durations only;
 #              ZDL_PROFILE_ARGS: more train_gpt flags, e.g. "--zero-stage 0")
 #   cpu        the host's CPU, not the GPU: train_step_bench (packed for AVX-512) on 2 of its cores
-#              next to PyTorch (bench/run_train_step.sh), zerodl's GEMM back ends side by side, and
-#              the instruction set oneDNN picks (ONEDNN_VERBOSE). Not in the default list: name it
-#              in ZDL_GPU_STAGES
+#              next to PyTorch (bench/run_train_step.sh), several ranks next to torch DDP and FSDP2
+#              (bench/run_side_by_side.sh), zerodl's GEMM back ends side by side, and whether
+#              oneDNN's bf16 GEMM takes AMX. Not in the default list: name it in ZDL_GPU_STAGES
 # and prints a summary table LAST. Environment: ZDL_GPU_STAGES (a subset, in that order),
 # ZDL_GPU_BUDGET_S (whole run, default 480), ZDL_CUDA_FILTER (which suites the cuda stage runs),
 # OUT (where gpu_check.log, summary.txt and logs.tar.gz go; default gpu_check.out).
@@ -241,6 +241,21 @@ cpu_stage() {
       t env $cap "${pin[@]}" "$exe" --layers 6 --heads 6 --embd 384 --seq 256 --batch 4 --gemm onednn --steps 5 \
         --dtype bf16 || return $?
     done
+  fi
+  # Several ranks on the same two cores (the issue's shape; one thread per rank at N = 2, four
+  # ranks at N = 4): zerodl's stages next to torch DDP and FSDP2 on gloo.
+  if [ -x "$C/cpu/examples/train_gpt" ]; then
+    echo "+ bench/run_side_by_side.sh (L4 H4 C256 T128, global batch 8, 20 steps) at N = 2 and 4"
+    MODEL="--n-layer 4 --n-head 4 --n-embd 256 --seq 128 --batch 8" LR=1e-3 STEPS=20 ZDL_MPIRUN="${MPIRUN[*]}" \
+      t "${pin[@]}" bash "$root/bench/run_side_by_side.sh" "$C/cpu" 2 4 || return $?
+    local ranks
+    ranks=$(awk '/^N = [0-9]+ ranks/{n=$3; ns[n]=1}
+      /^zerodl DDP /{d[n]=$7} /^torch DDP  /{td[n]=$7} /^zerodl ZeRO-3 /{z[n]=$7}
+      /^torch FSDP2 /{if (!(n in f) || $8 < f[n]) f[n]=$8}
+      END{for (k in ns) if (d[k] > 0 && td[k] > 0 && z[k] > 0 && f[k] > 0)
+            printf "%sN=%s DDP %.2fx torch, ZeRO-3 %.2fx FSDP2", (s++ ? "; " : ""), k, td[k]/d[k], f[k]/z[k]}' \
+      "$LOGS/cpu.log")
+    NOTE="$NOTE; ${ranks:-several ranks: no ratio (see cpu.log)}"
   fi
   for shape in "--layers 4 --heads 4 --embd 256 --seq 128 --batch 8" "--layers 6 --heads 6 --embd 384 --seq 256 --batch 4"; do
     # shellcheck disable=SC2086

@@ -10,8 +10,10 @@
 #   build/{examples,tests,bench}/...  the stripped programs, laid out as in a build folder, so the
 #                                     bench scripts take CARRY_DIR/build as their BUILD_DIR
 #   cpu/bench/train_step_bench        the CPU training benchmark built for AVX-512 (x86-64-v4) with
+#   cpu/examples/train_gpt, consolidate_checkpoint
 #                                     oneDNN, in build-cpu-v4 (ZDL_PACK_CPU=0: left out): gpu_check's
-#                                     cpu stage measures the GPU host's CPU next to PyTorch
+#                                     cpu stage measures the GPU host's CPU next to PyTorch, one rank
+#                                     and several
 #   bin/mpiexec.hydra, hydra_pmi_proxy  MPICH's launcher (bin/mpirun and bin/mpiexec link to it)
 #   lib/                              every shared library the programs load that is neither the
 #                                     C/C++ runtime nor a CUDA library (MPICH, UCX, hwloc, ...)
@@ -35,7 +37,8 @@ cpu_build="$root/build-cpu-v4"
 if [ "${ZDL_PACK_CPU:-1}" = 1 ] && { [ ! -f "$cpu_build/build.ninja" ] || [ "${ZDL_PACK_REBUILD:-1}" = 1 ]; }; then
   # No -march=native: this machine's CPU is not the GPU host's. The GEMM picks its AVX2 or AVX-512
   # instance at run time; the rest is compiled for AVX-512.
-  ZDL_TARGETS=train_step_bench bash "$root/scripts/build.sh" "$cpu_build" -DZDL_CUDA=OFF -DZDL_NATIVE=OFF \
+  ZDL_TARGETS="train_step_bench train_gpt consolidate_checkpoint" bash "$root/scripts/build.sh" "$cpu_build" \
+    -DZDL_CUDA=OFF -DZDL_NATIVE=OFF \
     -DZDL_BUILD_TESTS=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v4
 fi
 
@@ -49,9 +52,11 @@ for p in "${programs[@]}"; do
   carried+=("$carry/build/$p")
 done
 if [ "${ZDL_PACK_CPU:-1}" = 1 ]; then
-  mkdir -p "$carry/cpu/bench"
-  strip --strip-debug -o "$carry/cpu/bench/train_step_bench" "$cpu_build/bench/train_step_bench"
-  carried+=("$carry/cpu/bench/train_step_bench")
+  for p in bench/train_step_bench examples/train_gpt examples/consolidate_checkpoint; do
+    mkdir -p "$carry/cpu/$(dirname "$p")"
+    strip --strip-debug -o "$carry/cpu/$p" "$cpu_build/$p"
+    carried+=("$carry/cpu/$p")
+  done
 fi
 
 # MPICH's hydra launcher: ranks start by fork on the GPU host (HYDRA_LAUNCHER=fork there).
