@@ -143,6 +143,16 @@ std::vector<DataFingerprint> check_shard_manifests(const std::string& source, bo
               "was interrupted (or the manifest removed), so shards may be missing; run prepare_tokens again (after "
               "removing ", base_name(*prefix), "_*.bin there)");
   }
+  // One run reads one set: a pattern written for set "p" ('p_train_*.bin') also matches a set
+  // prepared as "p_train" beside it, validation shard included, which trained silently.
+  if (pattern && by_manifest.size() > 1) {
+    const auto first = by_manifest.begin(), second = std::next(first);
+    ZDL_CHECK(false, "'", source, "' matches the shards of ", by_manifest.size(), " prepare_tokens sets (manifests '",
+              first->first, "' and '", second->first, "'", by_manifest.size() > 2 ? ", ..." : "",
+              "): a run reads one set; give a pattern that matches one set's shards only (e.g. '",
+              dir_part(shards[first->second[0]]->path()), base_name(*shard_prefix(shards[first->second[0]]->path())),
+              "_train_*.bin')");
+  }
   std::vector<DataFingerprint> fps(shards.size());
   size_t checked = 0;
   for (const auto& [manifest, covered] : by_manifest) {

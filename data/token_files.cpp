@@ -40,7 +40,7 @@ std::string why_bytes(const MappedFile& f) {
 uint16_t uint16_le(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
 
 // The largest token id in `f` (0 if it holds none): a loop the compiler vectorizes.
-int64_t largest_id(const TokenFile& f, TokenFormat format) {
+int64_t largest_id_in(const TokenFile& f, TokenFormat format) {
   if (format == TokenFormat::Bytes) {
     uint8_t m = 0;
     for (int64_t i = 0; i < f.count; ++i) m = std::max(m, f.ids[i]);
@@ -120,16 +120,21 @@ void TokenFiles::check_ids_below(int64_t vocab) const {
   ZDL_CHECK(vocab >= 1, "TokenFiles::check_ids_below: vocab must be >= 1, got ", vocab);
   if (vocab > (format_ == TokenFormat::Bytes ? 255 : 65535)) return;  // no id of the format reaches it
   for (const TokenFile& f : files_) {
-    if (largest_id(f, format_) < vocab) continue;
+    if (largest_id_in(f, format_) < vocab) continue;
     int64_t at = 0;
     while (id(f, at) < vocab) ++at;
-    int64_t largest = 0;
-    for (const TokenFile& g : files_) largest = std::max(largest, largest_id(g, format_));
+    const int64_t largest = largest_id();
     const int64_t byte = (f.ids - f.mapped.data()) + at * (format_ == TokenFormat::Bytes ? 1 : kLlmcTokenBytes);
     ZDL_CHECK(false, "'", f.mapped.path(), "' holds token id ", id(f, at), " at token ", at, " (byte ", byte,
               " of the file), outside the model's vocabulary of ", vocab, " ids; the data's largest id is ", largest,
               ", so the vocabulary must be at least ", largest + 1);
   }
+}
+
+int64_t TokenFiles::largest_id() const {
+  int64_t largest = 0;
+  for (const TokenFile& f : files_) largest = std::max(largest, largest_id_in(f, format_));
+  return largest;
 }
 
 void TokenFiles::check_unchanged() const {

@@ -61,6 +61,8 @@ class TokenFiles {
   // Reads every token once: throws at the first id >= vocab, naming its file, its position there
   // and the id, and the largest id of the data (what a vocabulary must exceed).
   void check_ids_below(int64_t vocab) const;
+  // The largest token id of the data (0 if it holds none); reads every token once.
+  int64_t largest_id() const;
 
   // Throws, naming the file, if any file's size or modification time changed since open.
   void check_unchanged() const;

@@ -191,8 +191,10 @@ void check_no_earlier_shards(const std::string& prefix) {
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");  // made by run() before
   std::error_code ec;
   const std::string name = p.filename().string();
+  int64_t stale = 0;  // hidden shard temporaries of a run killed outright (SIGKILL: no cleanup ran)
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string f = entry.path().filename().string();
+    if (f.starts_with("." + name + "_") && f.find(".bin.tmp.") != std::string::npos) ++stale;
     const bool shard = f.ends_with(".bin") && (f.starts_with(name + "_val_") || f.starts_with(name + "_train_"));
     if (shard || f == fs::path(data::shard_manifest_path(name)).filename())
       throw UsageError("--output: '" + entry.path().string() + "' exists, " +
@@ -201,6 +203,10 @@ void check_no_earlier_shards(const std::string& prefix) {
                        "another --output (a new set would mix with the old one under a glob)");
   }
   if (ec) throw UsageError("--output: cannot list the directory '" + dir.string() + "': " + ec.message());
+  if (stale > 0)
+    std::fprintf(stderr, "prepare_tokens: warning: %lld hidden temporary file(s) of an earlier run that was killed "
+                 "('%s') take space there; remove them\n",
+                 static_cast<long long>(stale), (dir / ("." + name + "_*.bin.tmp.*")).string().c_str());
 }
 
 // Below this many tokens a shard holds less than its own 1024-byte header, and each shard is a

@@ -94,7 +94,9 @@ void add_checkpoint_flags(CLI::App& app, Args& a) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--resume", a.resume, "continue from this checkpoint directory (same trajectory)");
   app.add_option("--init-from", a.init_from, "initialize from a GPT-2-layout safetensors file");
-  app.add_flag("--eval-only", a.eval_only, "print the loss on the data read in order from its start, then exit");
+  app.add_flag("--eval-only", a.eval_only,
+               "print the loss on the whole --data read in order from its start, then exit (the optimizer's and "
+               "schedule's flags are ignored, so a training command with --eval-only added scores its model)");
 }
 
 // Sampling and the metrics log.

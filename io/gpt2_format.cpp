@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
 
 #include "autograd/grad_mode.h"
+#include "autograd/ops.h"
 #include "io/file.h"
 #include "io/json_fields.h"
 
@@ -197,15 +199,37 @@ void load_gpt2(nn::GPT& model, const std::string& path) {
   std::map<std::string, Tensor> file;
   std::string problems;
   auto problem = [&](const std::string& p) { problems += (problems.empty() ? "" : "; ") + p; };
+  Tensor lm_head;  // GPT-2 ties it to wte: a file's own copy is checked, not loaded
   for (auto& [n, t] : f.tensors) {
     std::string c = canonical_name(n);
-    if (c.empty()) continue;
+    if (c.empty()) {
+      if (n == "lm_head.weight" || n == "transformer.lm_head.weight") lm_head = t;
+      continue;
+    }
     if (!file.emplace(c, t).second) problem("duplicate: " + c + " (with and without 'transformer.')");
   }
   std::map<std::string, Tensor> params;
   for (auto& [n, t] : model.named_parameters()) params[n] = t;
 
   const int64_t V = cfg.vocab_size, Vp = cfg.padded_vocab(), C = cfg.n_embd;
+  // An untied head (a fine-tune that trained lm_head apart from wte) was dropped silently: the
+  // model would have scored with another output layer than the file's.
+  if (lm_head.defined() && file.count("wte.weight") && lm_head.dim() == 2 && lm_head.size(1) == C &&
+      lm_head.size(0) >= V && file.at("wte.weight").size(0) >= V) {
+    const Tensor head = slice(lm_head, 0, 0, V).to(DType::F32).contiguous_copy();
+    const Tensor wte = slice(file.at("wte.weight"), 0, 0, V).to(DType::F32).contiguous_copy();
+    if (std::memcmp(head.raw_data(), wte.raw_data(), head.nbytes()) != 0)
+      problem("lm_head.weight differs from wte.weight (an untied LM head; zerodl's GPT ties it to wte, as GPT-2 "
+              "does, and would drop it)");
+  }
+  // The model's biases follow ln_f.bias (load_gpt2_config): a file with biases but without that
+  // one made every other bias "non-zero but the model has bias=false", ln_f.bias never named.
+  const bool lnf_bias_missing =
+      !cfg.bias && !file.count("ln_f.bias") &&
+      std::any_of(file.begin(), file.end(), [](const auto& kv) { return kv.first.ends_with(".bias"); });
+  if (lnf_bias_missing)
+    problem("missing: ln_f.bias (the file's other biases say the model has them; without it the model is read as "
+            "one with bias=false)");
   auto layout = gpt2_layout(cfg);
   std::vector<std::pair<const Gpt2Tensor*, Tensor>> to_copy;
   for (const auto& e : layout) {
@@ -231,7 +255,7 @@ void load_gpt2(nn::GPT& model, const std::string& path) {
       ZDL_CHECK(e.bias, "load_gpt2: the model has no parameter '", e.name, "'");
       bool zero = true;
       for (double v : src.to_vector()) zero = zero && v == 0.0;
-      if (!zero) problem(e.name + " is non-zero but the model has bias=false");
+      if (!zero && !lnf_bias_missing) problem(e.name + " is non-zero but the model has bias=false");
       continue;
     }
     to_copy.emplace_back(&e, src);

@@ -24,9 +24,9 @@ std::string hf_gpt2_config_json(const nn::GPTConfig& c) {
                                 {"n_head", c.n_head},
                                 {"n_inner", nullptr},
                                 {"activation_function", "gelu_new"},
-                                {"resid_pdrop", 0.0},
-                                {"embd_pdrop", 0.0},
-                                {"attn_pdrop", 0.0},
+                                {"resid_pdrop", c.dropout},  // zerodl's one rate for all three
+                                {"embd_pdrop", c.dropout},
+                                {"attn_pdrop", c.dropout},
                                 {"layer_norm_epsilon", nn::kGptLayerNormEps},
                                 {"initializer_range", 0.02},
                                 {"bos_token_id", last_id},
@@ -96,6 +96,16 @@ class ConfigFields {
   void int_is_if_present(const char* key, int64_t want, const std::string& why) const {
     if (j_.contains(key)) int_equals(key, want, why);
   }
+  // Where present: a list naming at least one of the allowed values.
+  void list_names_one_of(const char* key, std::initializer_list<const char*> allowed, const std::string& why) const {
+    if (!j_.contains(key)) return;
+    const nlohmann::json& v = j_.at(key);
+    if (v.is_array())
+      for (const nlohmann::json& e : v)
+        for (const char* a : allowed)
+          if (e.is_string() && e.get<std::string>() == a) return;
+    require(false, "'", file_, "': ", key, "=", json_shown(v), " but ", why);
+  }
 
  private:
   const nlohmann::json& j_;
@@ -127,6 +137,8 @@ nn::GPTConfig config_from_hf_dir(const std::string& dir, const GPT2ConfigOverrid
   f.int_equals("vocab_size", cfg.vocab_size, w + " holds a vocabulary of " + std::to_string(cfg.vocab_size));
   f.null_or_int("n_inner", 4 * cfg.n_embd, "zerodl's MLP is 4 n_embd = " + std::to_string(4 * cfg.n_embd) + " wide");
   f.string_in("model_type", {"gpt2"}, "zerodl reads GPT-2 models (\"gpt2\")");
+  f.list_names_one_of("architectures", {"GPT2LMHeadModel", "GPT2Model"},
+                      "zerodl reads GPT-2 models (\"GPT2LMHeadModel\")");
   f.string_in("activation_function", {"gelu_new", "gelu_pytorch_tanh"},
               "zerodl's GPT uses GELU's tanh form (\"gelu_new\")");
   f.number_is("layer_norm_epsilon", nn::kGptLayerNormEps, "zerodl's LayerNorm epsilon is 1e-05");

@@ -249,6 +249,13 @@ void open_dataset(const Args& a, Setup& s, data::TokenFiles files, const dist::C
       throw UsageError(std::string("--resume: ") + e.what());
     }
   }
+  // The tokenizer decodes the samples: ids past its vocabulary came from another tokenizer (with
+  // --vocab-size large enough, it trained and sampled placeholders such as <|266|>).
+  if (s.tok && files.format() != data::TokenFormat::Bytes)
+    if (const int64_t largest = files.largest_id(); largest >= s.tok->vocab_size())
+      throw UsageError(detail::str("--tokenizer: its vocabulary has ", s.tok->vocab_size(), " tokens, and --data '",
+                                   files.source(), "' holds ids up to ", largest,
+                                   ": it is not the tokenizer that made these shards"));
   try {  // checks every token id against the model's vocabulary (naming the file, the position, the id)
     s.ds = std::make_unique<data::TokenDataset>(
         std::move(files), data::TokenDatasetOptions{.batch_size = a.batch, .seq_len = a.seq,
@@ -286,6 +293,10 @@ void open_outputs(Args& a, const CLI::App& app, Setup& s, const dist::Communicat
   for (const char* flag : {"--save-every", "--stop-after"})
     if (given(app, flag) && a.eval_only)
       throw UsageError(std::string(flag) + " applies to training, and --eval-only trains nothing: drop one of them");
+  // Ignoring it would score another part of the data than asked for (the whole file).
+  if (given(app, "--val-fraction") && a.eval_only)
+    throw UsageError("--eval-only scores the whole --data from its start, and --val-fraction holds out part of the "
+                     "training data for --eval-every: to score held-out text, give that text as --data");
   for (const char* flag : {"--temperature", "--top-k", "--prompt"})
     if (given(app, flag) && a.sample == 0)
       throw UsageError(std::string(flag) + " shapes the text of --sample N, and no sample is asked for: give --sample "

@@ -117,6 +117,20 @@ TEST(ShardManifest, ASetThatIsNotTheManifestsIsRefused) {
              {dir / "p_train_000002.bin' has the FNV-1a checksum", "the same 1048 bytes", "changed"});
 }
 
+// A set prepared as "tiny_train" beside a set "tiny": the pattern of tiny's training shards also
+// matches all of tiny_train's, its validation shard included. It trained on both, silently.
+TEST(ShardManifest, APatternOverTwoSetsIsRefused) {
+  TempDir dir;
+  write_set(dir, "tiny", 2);
+  write_set(dir, "tiny_train", 2);
+  expect_has(error_of([&] { TokenFiles f(dir / "tiny_train_*.bin"); }),
+             {"matches the shards of 2 prepare_tokens sets", dir / "tiny_manifest.json",
+              dir / "tiny_train_manifest.json", "a run reads one set"});
+  EXPECT_EQ(TokenFiles(dir / "tiny_train_0*.bin").files().size(), 2u);        // tiny's own, narrowed
+  EXPECT_EQ(TokenFiles(dir / "tiny_train_train_*.bin").files().size(), 2u);  // tiny_train's
+  EXPECT_EQ(TokenFiles(dir / "tiny_train_000001.bin").files().size(), 1u);    // a file by itself
+}
+
 TEST(ShardManifest, AMalformedManifestIsAnErrorNamingIt) {
   TempDir dir;
   write_set(dir, "p", 1);

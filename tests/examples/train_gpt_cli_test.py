@@ -388,6 +388,8 @@ class TrainGptCli(unittest.TestCase):
             (["--stop-after", "5"], "--stop-after 5 is beyond --steps 2"),
             (["--save-every", "1"], "--save-every 1 saves checkpoints into --save DIR: give --save too"),
             (["--eval-only", "--stop-after", "1"], "--stop-after applies to training, and --eval-only trains nothing"),
+            # It scored the whole file while the user asked for a held-out part.
+            (["--eval-only", "--val-fraction", "0.5"], "--eval-only scores the whole --data from its start"),
             (["--top-k", "5"], "--top-k shapes the text of --sample N, and no sample is asked for"),
             (["--temperature", "0.5"], "--temperature shapes the text of --sample N"),
             (["--prompt", "the"], "--prompt shapes the text of --sample N"),
@@ -806,12 +808,23 @@ class TrainGptCli(unittest.TestCase):
             for needle in needles:
                 self.assertIn(needle, p.stderr, f"{args}: {p.stderr}")
             self.assertNotIn("failed at", p.stderr, "an input error without the code's location")
+        # Hidden temporaries a killed (SIGKILL) run left: named, not silently kept.
+        with open(self.p("shards/.late_train_000001.bin.tmp.AbC123"), "wb") as f:
+            f.write(b"x" * 100)
+        p = self.prepare("--input", path, "--tokenizer", self.p("tok"), "--output", self.p("shards/late"),
+                         "--val-tokens", "500")
+        self.assertIn("1 hidden temporary file(s) of an earlier run that was killed", p.stderr)
+        self.assertIn(".late_*.bin.tmp.*", p.stderr)
         # A missing directory is made, as the README's --output shards/tiny needs.
         self.prepare("--input", path, "--tokenizer", self.p("tok"), "--output", self.p("new/dir/para"), "--val-tokens", "500")
         self.assertTrue(glob.glob(self.p("new/dir/para_train_*.bin")))
         small = [*SMALL, "--steps", "2"]
+        train_bpe_tokenizer(self.p("tok_small"), text, 10)  # fewer tokens than the shards' ids reach
         cases = [
             (["--data", train, "--sample", "5"], ["--sample", "token ids", "--tokenizer"]),
+            # It trained and sampled placeholders for the ids it lacks (<|266|>).
+            (["--data", train, "--tokenizer", self.p("tok_small"), "--vocab-size", str(len(tokens))],
+             ["--tokenizer: its vocabulary has", "is not the tokenizer that made these shards"]),
             (["--data", train, "--tokenizer", self.p("tok"), "--vocab-size", "256"],
              [f"its vocabulary ({len(tokens)} tokens) is larger than the model's (256)"]),
             (["--data", self.data, "--tokenizer", self.p("tok"), "--sample", "5"], ["--tokenizer", "the data are text"]),

@@ -161,6 +161,40 @@ TEST(GPT2Format, ReadsHuggingFaceStyleFiles) {
   for (size_t i = 0; i < lb.size(); ++i) ASSERT_NEAR(lb[i], lm[i], 1e-5) << i;
 }
 
+// An untied LM head was dropped silently (the model scored with wte as its head), and a file
+// without ln_f.bias was read as bias=false and reported as "every bias non-zero", ln_f.bias never named.
+TEST(GPT2Format, AnUntiedHeadAndAMissingFinalNormBiasAreNamed) {
+  TempDir dir;
+  auto m = make_gpt(small_config(), 6);
+  export_gpt2(*m, dir / "zdl.safetensors");
+  const NamedTensors exported = [&] {
+    NamedTensors out;
+    for (auto& [n, t] : load_safetensors(dir / "zdl.safetensors").tensors) out.emplace_back(n, t);
+    return out;
+  }();
+  auto write_with = [&](const std::function<void(NamedTensors&)>& edit) {
+    NamedTensors t = exported;
+    edit(t);
+    save_safetensors(dir / "edited.safetensors", t);
+    return dir / "edited.safetensors";
+  };
+  auto load = [&](const std::string& path) {
+    auto b = std::make_shared<nn::GPT>(config_from_gpt2_file(path, {.n_head = 2}));
+    load_gpt2(*b, path);
+  };
+  const Tensor wte = load_safetensors(dir / "zdl.safetensors").tensors.at("wte.weight");
+  EXPECT_NO_THROW(load(write_with([&](NamedTensors& t) { t.emplace_back("lm_head.weight", wte); })));  // tied
+  std::string msg = error_of([&] {
+    load(write_with([&](NamedTensors& t) { t.emplace_back("lm_head.weight", mul(wte, 2.0)); }));
+  });
+  EXPECT_NE(msg.find("lm_head.weight differs from wte.weight (an untied LM head"), std::string::npos) << msg;
+  msg = error_of([&] {
+    load(write_with([&](NamedTensors& t) { std::erase_if(t, [](auto& kv) { return kv.first == "ln_f.bias"; }); }));
+  });
+  EXPECT_NE(msg.find("missing: ln_f.bias (the file's other biases"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("is non-zero but the model has bias=false"), std::string::npos) << msg;
+}
+
 TEST(GPT2Format, LoadRejectsAMismatchedModelListingEveryProblem) {
   TempDir dir;
   auto m = make_gpt(small_config(), 6);

@@ -57,6 +57,11 @@ TEST(HfDir, ConfigJsonGivesTheModelAndEveryFieldIsChecked) {
   EXPECT_EQ(read.n_embd, 16);
   EXPECT_EQ(read.block_size, 16);
   EXPECT_EQ(read.vocab_size, 50);
+  // The model's dropout rate is the config's (it said 0.0 after training with --dropout 0.2).
+  nn::GPTConfig dropped = config(2);
+  dropped.dropout = 0.2;
+  const nlohmann::json written = nlohmann::json::parse(hf_gpt2_config_json(dropped));
+  for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) EXPECT_EQ(written.at(key), 0.2) << key;
 
   // Each edit, and the text the error must hold. Every field that changes the function is read.
   const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> edits = {
@@ -74,6 +79,7 @@ TEST(HfDir, ConfigJsonGivesTheModelAndEveryFieldIsChecked) {
       {[](auto& j) { j["tie_word_embeddings"] = false; }, "tie_word_embeddings=false"},
       {[](auto& j) { j["n_inner"] = 7; }, "n_inner=7"},
       {[](auto& j) { j["model_type"] = "bert"; }, "model_type=\"bert\""},
+      {[](auto& j) { j["architectures"] = {"LlamaForCausalLM"}; }, "architectures=[\"LlamaForCausalLM\"]"},
       {[](auto& j) { j["scale_attn_weights"] = false; }, "scale_attn_weights=false"},
       {[](auto& j) { j["scale_attn_by_inverse_layer_idx"] = true; }, "scale_attn_by_inverse_layer_idx=true"},
       {[](auto& j) { j.erase("n_head"); }, "lacks \"n_head\""},
