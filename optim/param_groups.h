@@ -10,6 +10,8 @@ namespace zdl::optim {
 // vectors (biases, LayerNorm) no. ZeroAdamW uses the same rule.
 inline bool decays(const Tensor& p) { return p.dim() >= 2; }
 
+// The model's parameters that require grad (frozen ones are left out: they are not trained, and
+// an optimizer refuses them), in a decayed and a not-decayed group.
 std::vector<ParamGroup> decay_groups(const nn::Module& model, double weight_decay);
 
 }  // namespace zdl::optim

@@ -285,7 +285,7 @@ void ParamUnit::begin_forward() {
 
 void ParamUnit::end_forward() {
   training_ = TrainingState::Idle;
-  if (ctx_.policy.shard_parameters) {
+  if (ctx_.policy.shard_parameters && held_ == 0) {
     keep_secondary();
     reshard();
   }
@@ -295,6 +295,19 @@ void ParamUnit::begin_backward() {
   ZDL_CHECK(grad_state_ != GradState::Reducing, ctx_.comm->prefix(), " unit ", name_,
             ": its backward started while its previous gradients are still being reduced");
   training_ = TrainingState::PreBackward;
+  // [Note: a second reduction in one step] Stages 0-1 reduce in the full gradient buffer: after
+  // a reduction, stage 1's other blocks still hold this rank's own unreduced gradients, which the
+  // next reduce-scatter would sum into the other ranks' blocks, and DDP's replicated mean would
+  // be summed N times over. So a backward that follows a finished reduction in the same step
+  // keeps the reduced result aside, starts from zero, and the next reduction adds it back: the
+  // sum stage 2 makes in its shard, with the same bits.
+  if (grad_state_ == GradState::Reduced && !ctx_.policy.shard_gradients) {
+    {
+      MemoryScope ms(MemoryCategory::GradientShard);
+      reduced_before_ = grad_shard_.contiguous_copy();
+    }
+    grad_flat_.zero_();
+  }
   grad_state_ = GradState::Accumulating;
   if (grad_full_->is_released()) {
     grad_full_->materialize(MemoryCategory::Gradient);
@@ -310,9 +323,17 @@ void ParamUnit::begin_backward() {
   wait_unshard();
 }
 
+const ParamSlot* ParamUnit::slot_with_stray_gradient() const {
+  for (const ParamSlot& s : slots_) {
+    const Tensor g = s.param.grad();
+    if (g.defined() && g.storage() != grad_full_) return &s;
+  }
+  return nullptr;
+}
+
 void ParamUnit::end_backward() {
   training_ = TrainingState::PostBackward;
-  if (ctx_.policy.shard_parameters) {
+  if (ctx_.policy.shard_parameters && held_ == 0) {
     reshard();
     drop_secondary();
   }
@@ -422,6 +443,10 @@ void ParamUnit::reshard() {
 
 void ParamUnit::refresh_params() {
   drop_secondary();  // the parameters change
+  // A unit still gathered now holds the old values: one prefetched whose forward did not run (a
+  // branch not taken), or gathered again by a late post-backward hook. The next use must gather
+  // the updated shards (it computed with the stale ones, and GatheredParameters read them).
+  if (ctx_.policy.shard_parameters && param_state_ != ParamState::Sharded) reshard();
   full_->bump_version();  // also where the optimizer wrote them in place, or only the shards
   const StagePolicy& pol = ctx_.policy;
   if (!pol.shard_optimizer) {
@@ -545,6 +570,7 @@ void ParamUnit::finish_reduce() {
       grad_full_->release();
     }
   }
+  if (p->last && reduced_before_.defined()) add_(grad_shard_, std::exchange(reduced_before_, Tensor()));
   if (p->last && exchange_.defined()) {  // [Note: host tier]: down while the backward goes on
     grads_down_ = copy_bytes_async(exchange_.raw_data(), Device::cpu(), grad_shard_.raw_data(), grad_shard_.device(),
                                    exchange_.nbytes());
@@ -607,6 +633,7 @@ void ParamUnit::zero_grad() {
   ZDL_CHECK(!pending_reduce_, ctx_.comm->prefix(), " unit ", name_, ": zero_grad with a reduction in flight");
   drop_secondary();  // a forward no backward followed
   grad_partials_.clear();  // a step abandoned mid-accumulation
+  reduced_before_ = Tensor();
   // Host tier: a download in flight must not read the zeroing below (a step skipped), and the
   // exchange no longer mirrors the gradients.
   wait_copy(std::exchange(grads_down_, nullptr));

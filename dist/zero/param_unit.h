@@ -146,6 +146,8 @@ class ParamUnit {
   const std::string& name() const { return name_; }  // "h.3", or "<root>"
   int index() const { return index_; }
   const std::vector<ParamSlot>& slots() const { return slots_; }
+  // A parameter whose gradient is not a view of this unit's buffer (its hooks did not run), or null.
+  const ParamSlot* slot_with_stray_gradient() const;
   int64_t numel() const { return numel_; }            // unpadded elements
   int64_t padded() const { return padded_; }          // a multiple of N
   int64_t shard_size() const { return shard_size_; }  // padded / N (hybrid sharding: padded / K)
@@ -176,6 +178,10 @@ class ParamUnit {
   void wait_unshard();
   // -> Sharded: frees the full parameters (waits for a pending all-gather first). ZeRO-3 only.
   void reshard();
+  // A GatheredParameters scope holds the gathered parameters: a forward or backward inside it
+  // leaves them gathered (its end reshards them).
+  void hold(bool on) { held_ += on ? 1 : -1; }
+  bool held() const { return held_ > 0; }
   // The masters changed (an optimizer step, a checkpoint load): the compute-dtype parameters
   // are cast from them, and under stages 1-2 all-gathered. Collective under stages 1-2.
   void refresh_params();
@@ -270,11 +276,16 @@ class ParamUnit {
     Tensor sum;
   };
   std::vector<PartialSum> grad_partials_;
+  // Stages 0-1, a backward after the step's reduction was done (two losses, each backward with
+  // sync on): the reduced gradient so far, added to the next reduction's ([Note: a second
+  // reduction in one step] in param_unit.cpp).
+  Tensor reduced_before_;
 
   // States and the collectives in flight.
   ParamState param_state_ = ParamState::Unsharded;
   GradState grad_state_ = GradState::Empty;
   TrainingState training_ = TrainingState::Idle;
+  int held_ = 0;  // open GatheredParameters scopes holding the gathered parameters
   std::shared_ptr<Work> pending_gather_;
   struct PendingReduce {
     std::shared_ptr<Work> work;

@@ -286,7 +286,9 @@ ParamUnit& ZeroPartitioner::make_unit(const std::string& name, const std::vector
     ZDL_CHECK(spec != nullptr, comm_->prefix(), " parameter '", pname,
               "' was not created inside placement_scope(): build the model in the scope so the manager places it");
     slots.push_back({.param = p, .name = pname, .numel = p.numel(), .init = spec->init, .seed = spec->seed,
-                     .stream = spec->stream, .decay = optim::decays(p)});
+                     // A frozen parameter gets no gradient: without decay its update is zero, as
+                     // plain training leaves it (decay moved it a little every step).
+                     .stream = spec->stream, .decay = optim::decays(p) && p.requires_grad()});
   }
   units_.push_back(std::make_unique<ParamUnit>(name, static_cast<int>(units_.size()), std::move(slots), context_));
   return *units_.back();
@@ -593,10 +595,19 @@ std::vector<ZeroPartitioner::NonFiniteUnit> ZeroPartitioner::nonfinite_grad_unit
 }
 
 void ZeroPartitioner::check_gradients_complete(const char* what) const {
-  for (auto& u : units_)
+  for (auto& u : units_) {
     ZDL_CHECK(u->grad_state() != GradState::Accumulating && u->grad_state() != GradState::Reducing, comm_->prefix(),
               " ", what, ": the gradients of unit ", u->name(), " are ", state_name(u->grad_state()),
-              ", not reduced: the step's last micro-batch must run its backward after set_grad_sync(true)");
+              ", not reduced: a unit's gradients are reduced by the step's last micro-batch (its backward after "
+              "set_grad_sync(true)); either that backward did not run yet, or it did not reach this unit, which "
+              "an earlier micro-batch of the step used (a unit must run in the last micro-batch if it runs in any)");
+    // Gradients outside the unit's buffer are never reduced nor read by the optimizer: the
+    // module's forward ran without its hooks (module->forward(x) instead of (*module)(x)).
+    if (const ParamSlot* s = u->slot_with_stray_gradient())
+      throw Error(detail::str(comm_->prefix(), " ", what, ": parameter '", s->name, "' of unit ", u->name(),
+                              " got its gradient outside ZeRO's buffer, so it would never be reduced or trained: ",
+                              "the module was run without its hooks; call it as (*module)(x), not module->forward(x)"));
+  }
 }
 
 std::vector<OptimizerShard> ZeroPartitioner::optimizer_shards() const {
@@ -609,6 +620,10 @@ std::vector<OptimizerShard> ZeroPartitioner::optimizer_shards() const {
 
 void ZeroPartitioner::begin_optimizer_step(const char* what) {
   throw_deferred_error();
+  // The scope's gathered copies would go stale under the update (and its end write them back).
+  for (auto& u : units_)
+    ZDL_CHECK(!u->held(), comm_->prefix(), " ", what, " inside a dist::GatheredParameters scope (unit ", u->name(),
+              " is held gathered by it): end the scope (release() or its end of block) before the optimizer step");
   refreshed_ = 0;
   finish_reduction();  // normally done when backward() returned
   check_gradients_complete(what);
@@ -706,7 +721,7 @@ uint64_t parameters_fingerprint(const std::vector<std::unique_ptr<ParamUnit>>& u
   uint64_t h = kFnv1aOffset;
   for (auto& u : units) {
     const Tensor full = u->full_params();
-    if (!full.defined()) continue;  // a forward inside the scope freed it again
+    if (!full.defined()) continue;  // not gathered (a unit the scope does not hold)
     const Tensor host = full.device().is_cpu() ? full : full.to(Device::cpu());
     h = fnv1a64(host.raw_data(), host.nbytes(), h);
   }
@@ -719,6 +734,7 @@ GatheredParameters::GatheredParameters(ZeroPartitioner& z, bool modify) : z_(z),
     if (u->param_state() == ParamState::Unsharded) continue;  // every unit under stages 0-2
     u->unshard(CommPhase::Other);
     u->wait_unshard();
+    u->hold(true);  // a forward inside the scope (evaluation) leaves them gathered
     gathered_.push_back(u.get());
   }
   if (!modify_) fingerprint_ = parameters_fingerprint(z_.units_);
@@ -735,7 +751,10 @@ std::string GatheredParameters::end_scope() {
   } else {
     for (auto& u : z_.units_) u->write_back_full();
   }
-  for (ParamUnit* u : gathered_) u->reshard();
+  for (ParamUnit* u : gathered_) {
+    u->hold(false);
+    u->reshard();
+  }
   return error;
 }
 

@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "core/rng.h"
 #include "dist/comm/local_communicator.h"
 #include "dist/checkpoint/sharded_checkpoint.h"
 #include "dist/zero/trainer.h"
 #include "nn/layers.h"
+#include "error_of.h"
 
 namespace zdl::dist::testing {
 
@@ -36,9 +38,12 @@ struct MlpClassifier : nn::Module {
       blocks.push_back(register_module("block" + std::to_string(i), std::make_shared<MlpBlock>(kWidth)));
     head = register_module("head", std::make_shared<nn::Linear>(kWidth, kClasses));
   }
+  // Control flow a user may write: blocks it returns true for are skipped (a branch not taken).
+  std::function<bool(size_t block)> skip_block;
   Tensor forward(const Tensor& x) override {
     Tensor h = (*inp)(x);
-    for (auto& b : blocks) h = (*b)(h);
+    for (size_t i = 0; i < blocks.size(); ++i)
+      if (!skip_block || !skip_block(i)) h = (*blocks[i])(h);
     return (*head)(h);
   }
 };
@@ -71,7 +76,8 @@ struct UserModelRun {
   std::unique_ptr<ZeroAdamW> opt;
   std::unique_ptr<Trainer> trainer;
 
-  UserModelRun(Communicator& comm, ZeroStage stage, int64_t accum, uint64_t init_seed = 5) {
+  UserModelRun(Communicator& comm, ZeroStage stage, int64_t accum, uint64_t init_seed = 5,
+               const std::function<void(MlpClassifier&)>& before_wrap = {}) {
     std::shared_ptr<Communicator> shared(&comm, [](Communicator*) {});
     zero = std::make_unique<ZeroPartitioner>(
         shared, ZeroOptions{.stage = stage, .is_unit = [](const nn::Module& m) { return m.type_name() == "MlpBlock"; }});
@@ -79,6 +85,7 @@ struct UserModelRun {
       auto scope = zero->placement_scope(init_seed);
       model = std::make_shared<MlpClassifier>();
     }
+    if (before_wrap) before_wrap(*model);
     zero->wrap(*model);
     opt = std::make_unique<ZeroAdamW>(*zero, optim::AdamWOptions{.lr = 1e-2}, 0.01);
     trainer = std::make_unique<Trainer>(
@@ -115,6 +122,111 @@ inline void expect_user_model_identical_at_any_world_size(Communicator& comm) {
       EXPECT_TRUE(got.params() == one.params()) << comm.prefix() << " " << stage_name(stage) << " accum " << accum;
       EXPECT_LT(mean5(losses.end() - 5), mean5(losses.begin())) << comm.prefix() << " the classifier did not learn";
     }
+}
+
+// Two losses backwarded in one step, each with gradient sync on (a loop that accumulates .grad
+// does this), then the step: every stage gives the same bits. Stage 1 reduces in the full
+// gradient buffer, whose other blocks still held this rank's unreduced gradients of the first
+// backward, and the second reduce-scatter summed them into the other ranks' blocks (N > 1);
+// DDP summed the first backward's replicated mean N times over (rounding).
+inline void expect_two_backwards_in_one_step_give_every_stage_the_same_bits(Communicator& comm) {
+  std::map<std::string, std::vector<double>> want;
+  for (ZeroStage stage : {ZeroStage::Two, ZeroStage::DDP, ZeroStage::One, ZeroStage::Three}) {
+    UserModelRun run(comm, stage, 1);
+    run.model->eval();  // no dropout: these steps do not go through the Trainer's batch positions
+    const int64_t rows = 8 / comm.size();
+    for (int s = 0; s < 3; ++s) {
+      for (int pass = 0; pass < 2; ++pass) {
+        auto [x, y] = classifier_rows(2 * s + pass, comm.rank() * rows, rows);
+        cross_entropy((*run.model)(x), y).backward();
+      }
+      run.opt->step(run.zero->clip_grad_norm(0.5));
+      run.zero->zero_grad();
+    }
+    if (want.empty()) want = run.params();
+    else EXPECT_TRUE(run.params() == want) << comm.prefix() << " " << stage_name(stage) << " differs from ZeRO-2";
+  }
+}
+
+// A block skipped in one step (a branch not taken) under ZeRO-3 with prefetch: the block before
+// it gathered it ahead, nothing used it, and it stayed gathered through the optimizer step, so
+// the next steps computed with (and GatheredParameters read) its old values. The same bits as DDP.
+inline void expect_a_unit_skipped_in_a_step_is_gathered_afresh(Communicator& comm) {
+  std::map<std::string, std::vector<double>> want;
+  std::vector<double> want_losses;
+  for (ZeroStage stage : {ZeroStage::DDP, ZeroStage::Three}) {
+    UserModelRun run(comm, stage, 1);
+    int step = 0;
+    run.model->skip_block = [&step](size_t i) { return i == 1 && step == 1; };
+    std::vector<double> losses;
+    for (; step < 4; ++step) losses.push_back(run.steps(step, step + 1)[0]);
+    if (want.empty()) {
+      want = run.params();
+      want_losses = losses;
+      continue;
+    }
+    EXPECT_EQ(losses, want_losses) << comm.prefix() << " " << stage_name(stage);
+    EXPECT_TRUE(run.params() == want) << comm.prefix() << " " << stage_name(stage) << " differs from DDP";
+  }
+}
+
+// Evaluation inside GatheredParameters (ZeRO-3): a forward in the scope freed the units it held
+// (the units' post-forward reshards them): reading a weight after it failed with "gather them
+// with GatheredParameters", a read-only scope reported a write, a modifying scope's write failed.
+// An optimizer step inside a scope is refused (its gathered copies would go stale).
+inline void expect_a_forward_inside_gathered_parameters_keeps_them(Communicator& comm) {
+  UserModelRun run(comm, ZeroStage::Three, 1);
+  run.steps(0, 2);
+  const int64_t rows = 8 / comm.size();
+  auto [x, y] = classifier_rows(9, comm.rank() * rows, rows);
+  run.model->eval();
+  {
+    GatheredParameters g(*run.zero);
+    NoGradGuard ng;
+    EXPECT_TRUE(std::isfinite(cross_entropy((*run.model)(x), y).item()));
+    EXPECT_EQ(run.model->blocks[1]->fc1->weight.to_vector().size(), 2u * 16 * 16);
+    EXPECT_NO_THROW(g.release());
+  }
+  {
+    GatheredParameters g(*run.zero, /*modify=*/true);
+    NoGradGuard ng;
+    (*run.model)(x);
+    run.model->blocks[1]->fc1->weight.fill_(0.25);
+    g.release();
+  }
+  const auto params = run.params();
+  for (double v : params.at("block1.fc1.weight")) ASSERT_EQ(v, 0.25);
+  GatheredParameters g(*run.zero);
+  EXPECT_NE(::zdl::testing::error_of([&] { run.opt->step(1.0); }).find("inside a dist::GatheredParameters scope"),
+            std::string::npos);
+}
+
+// A layer frozen before wrap (fine-tuning) stays as it was at every stage, as in plain training
+// (where decay_groups leaves it out of the optimizer): ZeroAdamW's weight decay moved it.
+inline void expect_a_frozen_layer_stays_put(Communicator& comm) {
+  for (ZeroStage stage : {ZeroStage::DDP, ZeroStage::One, ZeroStage::Two, ZeroStage::Three}) {
+    UserModelRun run(comm, stage, 1, 5, [](MlpClassifier& m) { m.inp->weight.set_requires_grad(false); });
+    const auto before = run.params();
+    run.steps(0, 3);
+    const auto after = run.params();
+    EXPECT_TRUE(after.at("inp.weight") == before.at("inp.weight")) << comm.prefix() << " " << stage_name(stage);
+    EXPECT_FALSE(after.at("inp.bias") == before.at("inp.bias")) << "the layer's bias still trains";
+  }
+}
+
+// model->forward(x) instead of (*model)(x) skips the root unit's hooks: its gradients landed
+// outside ZeRO's buffer and the root never trained (stages 0-2, silently). Now the step says so.
+inline void expect_a_forward_without_hooks_is_named(Communicator& comm) {
+  for (ZeroStage stage : {ZeroStage::DDP, ZeroStage::One, ZeroStage::Two}) {
+    UserModelRun run(comm, stage, 1);
+    run.model->eval();
+    const int64_t rows = 8 / comm.size();
+    auto [x, y] = classifier_rows(0, comm.rank() * rows, rows);
+    cross_entropy(run.model->forward(x), y).backward();
+    const std::string msg = ::zdl::testing::error_of([&] { run.zero->clip_grad_norm(1.0); });
+    EXPECT_NE(msg.find("got its gradient outside ZeRO's buffer"), std::string::npos) << stage_name(stage) << ": " << msg;
+    EXPECT_NE(msg.find("call it as (*module)(x), not module->forward(x)"), std::string::npos) << msg;
+  }
 }
 
 // A user model with dropout saved through the sharded-checkpoint API and loaded into a model

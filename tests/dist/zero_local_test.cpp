@@ -41,6 +41,20 @@ TEST(ZeroLocal, MemoryFollowsClosedForms) {
 
 TEST(ZeroLocal, GptUnitsArePredicted) { expect_gpt_units_predicted(local()); }
 
+TEST(ZeroLocal, TwoBackwardsInOneStepGiveEveryStageTheSameBits) {
+  expect_two_backwards_in_one_step_give_every_stage_the_same_bits(local());
+}
+
+TEST(ZeroLocal, AUnitSkippedInAStepIsGatheredAfresh) { expect_a_unit_skipped_in_a_step_is_gathered_afresh(local()); }
+
+TEST(ZeroLocal, AForwardInsideGatheredParametersKeepsThem) {
+  expect_a_forward_inside_gathered_parameters_keeps_them(local());
+}
+
+TEST(ZeroLocal, AFrozenLayerStaysPut) { expect_a_frozen_layer_stays_put(local()); }
+
+TEST(ZeroLocal, AForwardWithoutHooksIsNamed) { expect_a_forward_without_hooks_is_named(local()); }
+
 TEST(ZeroLocal, TrafficFollowsClosedForms) {
   for (ZeroStage s : kAllStages) {
     expect_traffic_closed_form(local(), s);

@@ -225,6 +225,12 @@ TEST(ParamGroups, DecayOnlyOnMatrices) {
   for (auto& p : groups[0].params) EXPECT_EQ(p.dim(), 2) << p.name();
   for (auto& p : groups[1].params) EXPECT_EQ(p.dim(), 1) << p.name();
   EXPECT_EQ(groups[0].params.size() + groups[1].params.size(), model.named_parameters().size());
+  // A frozen parameter is left out: AdamW refused the groups of a model with one ("must be a
+  // leaf that requires grad").
+  model.wte->weight.set_requires_grad(false);
+  groups = decay_groups(model, 0.1);
+  EXPECT_EQ(groups[0].params.size() + groups[1].params.size(), model.named_parameters().size() - 1);
+  AdamW opt(groups, {.lr = 1e-3});
 }
 
 }  // namespace zdl::optim

@@ -91,6 +91,20 @@ TEST(ZeroMpi, DropoutMasksFollowTheRowsNotTheRanks) {
 }
 
 // A user's model (not a GPT; its own unit type), trained with dist::Trainer.
+TEST(ZeroMpi, TwoBackwardsInOneStepGiveEveryStageTheSameBits) {
+  expect_two_backwards_in_one_step_give_every_stage_the_same_bits(world());
+}
+
+TEST(ZeroMpi, AUnitSkippedInAStepIsGatheredAfresh) { expect_a_unit_skipped_in_a_step_is_gathered_afresh(world()); }
+
+TEST(ZeroMpi, AForwardInsideGatheredParametersKeepsThem) {
+  expect_a_forward_inside_gathered_parameters_keeps_them(world());
+}
+
+TEST(ZeroMpi, AFrozenLayerStaysPut) { expect_a_frozen_layer_stays_put(world()); }
+
+TEST(ZeroMpi, AForwardWithoutHooksIsNamed) { expect_a_forward_without_hooks_is_named(world()); }
+
 TEST(ZeroMpi, TrainerGivesAUserModelTheSameBitsAtAnyWorldSize) { expect_user_model_identical_at_any_world_size(world()); }
 
 TEST(ZeroMpi, BitIdenticalWithoutAccumulationAndWithDeepPrefetch) {
