@@ -594,6 +594,11 @@ std::vector<ZeroPartitioner::NonFiniteUnit> ZeroPartitioner::nonfinite_grad_unit
   return out;
 }
 
+bool ZeroPartitioner::unit_has_gradients(size_t i) const {
+  ZDL_CHECK(i < units_.size(), comm_->prefix(), " unit_has_gradients: unit ", i, " of ", units_.size());
+  return units_[i]->grad_state() != GradState::Empty;
+}
+
 void ZeroPartitioner::check_gradients_complete(const char* what) const {
   for (auto& u : units_) {
     ZDL_CHECK(u->grad_state() != GradState::Accumulating && u->grad_state() != GradState::Reducing, comm_->prefix(),

@@ -93,6 +93,9 @@ class ZeroPartitioner {
   // all-reduce detects it: no extra collective on healthy steps).
   double clip_grad_norm(double max_norm);
   double last_grad_norm() const { return last_grad_norm_; }
+  // Whether unit i's backward ran since the last zero_grad (a unit a step skipped got no
+  // gradient: the optimizer leaves it, as a plain optimizer leaves parameters without one).
+  bool unit_has_gradients(size_t i) const;
 
   // After clip_grad_norm found a non-finite norm: the units whose gradients hold a NaN or Inf,
   // with the number of ranks whose shard of that unit does. Stages 1-3 with N > 1: one

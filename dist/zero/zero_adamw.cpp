@@ -97,7 +97,9 @@ void ZeroAdamW::step(double grad_scale) {
     std::unique_ptr<Resident> here = std::move(next);
     if (i + 1 < n) next = std::make_unique<Resident>(std::vector<OffloadedBuffer*>{}, offloaded_states(i + 1));
     here->wait();
-    update(i, grad_scale);
+    // A unit no backward reached this step (a branch not taken) keeps its parameters and moments,
+    // as plain AdamW skips parameters without a gradient (its decay and momentum moved it).
+    if (zero_.unit_has_gradients(i)) update(i, grad_scale);
     zero_.refresh_params(i);
     here.reset();  // evicts unit i (its writes queued)
   }

@@ -13,6 +13,10 @@
 #include "dist/checkpoint/sharded_checkpoint.h"
 #include "dist/zero/trainer.h"
 #include "nn/layers.h"
+#include "nn/parameter_factory.h"
+#include "nn/batch_position.h"
+#include "optim/param_groups.h"
+#include "optim/clip.h"
 #include "error_of.h"
 
 namespace zdl::dist::testing {
@@ -226,6 +230,40 @@ inline void expect_a_forward_without_hooks_is_named(Communicator& comm) {
     const std::string msg = ::zdl::testing::error_of([&] { run.zero->clip_grad_norm(1.0); });
     EXPECT_NE(msg.find("got its gradient outside ZeRO's buffer"), std::string::npos) << stage_name(stage) << ": " << msg;
     EXPECT_NE(msg.find("call it as (*module)(x), not module->forward(x)"), std::string::npos) << msg;
+  }
+}
+
+// One process: the classifier with block 1 skipped in step 1, under plain optim::AdamW (which
+// skips parameters without a gradient) and every ZeRO stage: the same bits. ZeroAdamW used to
+// move the skipped block by its decay and Adam moments.
+inline void expect_a_skipped_unit_is_left_as_plain_adamw_leaves_it(Communicator& comm) {
+  ASSERT_EQ(comm.size(), 1);
+  auto skip = [](const int& step) { return [&step](size_t i) { return i == 1 && step == 1; }; };
+  std::map<std::string, std::vector<double>> want;
+  {
+    std::shared_ptr<MlpClassifier> model;
+    {
+      nn::InitContext ctx(5);
+      model = std::make_shared<MlpClassifier>();
+    }
+    optim::AdamW opt(optim::decay_groups(*model, 0.01), {.lr = 1e-2});
+    int step = 0;
+    model->skip_block = skip(step);
+    for (; step < 4; ++step) {
+      auto [x, y] = classifier_rows(step, 0, 8);
+      nn::BatchPosition pos(step, 0, 3);
+      cross_entropy((*model)(x), y).backward();
+      opt.step(optim::clip_scale(optim::grad_norm(model->parameters()), 0.5));
+      opt.zero_grad();
+    }
+    for (auto& [n, p] : model->named_parameters()) want[n] = p.to(DType::F64).to_vector();
+  }
+  for (ZeroStage stage : {ZeroStage::DDP, ZeroStage::One, ZeroStage::Two, ZeroStage::Three}) {
+    UserModelRun run(comm, stage, 1);
+    int step = 0;
+    run.model->skip_block = skip(step);
+    for (; step < 4; ++step) run.steps(step, step + 1);
+    EXPECT_TRUE(run.params() == want) << stage_name(stage) << " differs from plain AdamW";
   }
 }
 

@@ -55,6 +55,10 @@ TEST(ZeroLocal, AFrozenLayerStaysPut) { expect_a_frozen_layer_stays_put(local())
 
 TEST(ZeroLocal, AForwardWithoutHooksIsNamed) { expect_a_forward_without_hooks_is_named(local()); }
 
+TEST(ZeroLocal, ASkippedUnitIsLeftAsPlainAdamWLeavesIt) {
+  expect_a_skipped_unit_is_left_as_plain_adamw_leaves_it(local());
+}
+
 TEST(ZeroLocal, TrafficFollowsClosedForms) {
   for (ZeroStage s : kAllStages) {
     expect_traffic_closed_form(local(), s);
