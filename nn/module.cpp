@@ -113,21 +113,23 @@ void Module::rename_tree(const std::string& prefix, std::unordered_set<const Mod
   for (auto& [name, child] : children_) child->rename_tree(prefix + name + ".", seen);
 }
 
-void Module::collect_parameters(const std::string& prefix, NamedTensors& out, std::vector<const TensorImpl*>& seen,
-                                bool recurse) const {
-  for (const auto& [local, t] : params_) {
+// The tensors of `list` (params_ or buffers_) in this module and, with recurse, its subtree, in
+// registration order, each once (a tied weight or shared buffer under its first name).
+void Module::collect(NamedTensors Module::*list, const std::string& prefix, NamedTensors& out,
+                     std::vector<const TensorImpl*>& seen, bool recurse) const {
+  for (const auto& [local, t] : this->*list) {
     if (std::find(seen.begin(), seen.end(), t.impl()) != seen.end()) continue;
     seen.push_back(t.impl());
     out.emplace_back(prefix + local, t);
   }
   if (!recurse) return;
-  for (const auto& [name, child] : children_) child->collect_parameters(prefix + name + ".", out, seen, true);
+  for (const auto& [name, child] : children_) child->collect(list, prefix + name + ".", out, seen, true);
 }
 
 NamedTensors Module::named_parameters(bool recurse) const {
   NamedTensors out;
   std::vector<const TensorImpl*> seen;
-  collect_parameters("", out, seen, recurse);
+  collect(&Module::params_, "", out, seen, recurse);
   return out;
 }
 
@@ -139,17 +141,8 @@ TensorList Module::parameters(bool recurse) const {
 
 NamedTensors Module::named_buffers(bool recurse) const {
   NamedTensors out;
-  std::vector<const TensorImpl*> seen;  // a buffer shared by two modules once, as parameters
-  auto collect = [&](auto& self, const Module& m, const std::string& prefix) -> void {
-    for (const auto& [local, t] : m.buffers_) {
-      if (std::find(seen.begin(), seen.end(), t.impl()) != seen.end()) continue;
-      seen.push_back(t.impl());
-      out.emplace_back(prefix + local, t);
-    }
-    if (!recurse) return;
-    for (const auto& [name, child] : m.children_) self(self, *child, prefix + name + ".");
-  };
-  collect(collect, *this, "");
+  std::vector<const TensorImpl*> seen;
+  collect(&Module::buffers_, "", out, seen, recurse);
   return out;
 }
 

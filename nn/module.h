@@ -146,8 +146,8 @@ class Module : public std::enable_shared_from_this<Module> {
   void register_module_impl(const std::string& name, const std::shared_ptr<Module>& child);
   void check_name(const std::string& name, const char* what) const;
   void rename_tree(const std::string& prefix, std::unordered_set<const Module*>& seen);
-  void collect_parameters(const std::string& prefix, NamedTensors& out, std::vector<const TensorImpl*>& seen,
-                          bool recurse) const;
+  void collect(NamedTensors Module::*list, const std::string& prefix, NamedTensors& out,
+               std::vector<const TensorImpl*>& seen, bool recurse) const;
   bool arm_post_backward(uint64_t pass);  // false: already armed or fired in this pass
   HookHandle::Table& hook_table();
   void to_string_impl(std::string& out, const std::string& name, int depth) const;
