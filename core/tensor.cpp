@@ -359,16 +359,18 @@ Tensor packed_on_device(const Tensor& src, DType dtype) {
 //  - between CUDA devices: contiguous in the destination dtype on the source device, bytes over,
 //    then a device layout copy if needed.
 // Device-side temporaries are counted under Workspace, host staging under the current category.
+void Tensor::check_writable_in_place(const char* op) const {
+  for (int64_t d = 0; d < dim(); ++d)
+    ZDL_CHECK(strides()[d] != 0 || shape()[d] <= 1, op, ": the destination of shape=", shape_str(shape()),
+              " strides=", shape_str(strides()), " repeats elements (an expanded view); write into the tensor it "
+              "expands, or into a contiguous copy", label_suffix());
+}
+
 void Tensor::copy_(const Tensor& src) const {
   ZDL_CHECK(shape() == src.shape(), "copy_: destination shape=", shape_str(shape()), " != source shape=",
             shape_str(src.shape()), label_suffix());
   if (numel() == 0) return;
-  // An expanded view (stride 0 over a size > 1) names one element several times: each copy into
-  // it overwrote the last, silently keeping one of the source's values.
-  for (int64_t d = 0; d < dim(); ++d)
-    ZDL_CHECK(strides()[d] != 0 || shape()[d] <= 1, "copy_: the destination of shape=", shape_str(shape()),
-              " strides=", shape_str(strides()), " repeats elements (an expanded view); copy into the tensor it "
-              "expands, or into a contiguous copy", label_suffix());
+  check_writable_in_place("copy_");  // each copy into a repeated element overwrote the last
   storage()->bump_version();  // [Note: version counter]
   if (device().is_cpu() && src.device().is_cpu()) return cpu_copy(*this, src);
 #ifdef ZDL_WITH_CUDA

@@ -95,6 +95,9 @@ class Tensor {
   Device device() const { return checked()->storage->device(); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(dtype()); }
   bool is_contiguous() const;
+  // Throws unless every element has a place of its own (no stride 0 over a size > 1, as in an
+  // expanded view): an in-place write into it would write one element several times.
+  void check_writable_in_place(const char* op) const;
   const Storage& storage() const { return checked()->storage; }
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }

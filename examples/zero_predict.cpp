@@ -60,6 +60,7 @@
 #include <string>
 #include <vector>
 
+#include "data/byte_tokenizer.h"
 #include "dist/zero/closed_forms.h"
 #include "dist/zero/overlap_model.h"
 #include "io/program_flags.h"
@@ -466,7 +467,7 @@ int main(int argc, char** argv) {
     if (a.n_embd % a.n_head != 0)
       throw CLI::ValidationError("--n-embd", "n_embd " + std::to_string(a.n_embd) + " must be a multiple of n_head " +
                                                  std::to_string(a.n_head));
-    const int64_t padded_vocab = (a.vocab + a.vocab_multiple - 1) / a.vocab_multiple * a.vocab_multiple;
+    const int64_t padded_vocab = data::padded_vocab(a.vocab, a.vocab_multiple);  // as train_gpt pads it
     const nn::GPTConfig cfg{.vocab_size = a.vocab, .padded_vocab_size = padded_vocab, .block_size = a.seq,
                             .n_layer = a.n_layer, .n_head = a.n_head, .n_embd = a.n_embd};
     const dist::ElementBytes e = dist::ElementBytes::of(a.dtype == "bf16" ? DType::BF16 : DType::F32);

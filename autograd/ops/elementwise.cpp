@@ -422,12 +422,7 @@ Tensor cast(const Tensor& a, DType dtype) {
 
 void add_(const Tensor& dst, const Tensor& src) {
   check_float_args("add_", {&dst, &src});
-  // An expanded view (stride 0 over a size > 1) names one element several times: adding into it
-  // added several times into that element.
-  for (int64_t d = 0; d < dst.dim(); ++d)
-    ZDL_CHECK(dst.strides()[d] != 0 || dst.shape()[d] <= 1, "add_: the destination of shape=", shape_str(dst.shape()),
-              " strides=", shape_str(dst.strides()), " repeats elements (an expanded view); add into the tensor it "
-              "expands, or into a contiguous copy");
+  dst.check_writable_in_place("add_");  // it added several times into a repeated element
 #ifdef ZDL_WITH_CUDA
   if (on_cuda("add_", dst)) {
     Shape bs = broadcast_shapes(dst.shape(), src.shape());
